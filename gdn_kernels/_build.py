@@ -1,0 +1,247 @@
+"""Kernel sources, compile options, the curated instance list and the per-device module cache.
+
+The only module that knows about ``cupy.RawModule``. Every kernel family is one ``.cu`` file under
+``kernels/`` compiled by NVRTC (CuPy's run-time compiler) with :func:`compile_options`; its
+template instances come from one curated list (:data:`FAMILIES`), and :func:`instance_name`
+builds the same string that compiles and fetches a function. :mod:`gdn_kernels.compile_gate`
+compiles exactly these sources and options without a GPU.
+
+Environment switches
+--------------------
+GDN_KERNELS_CACHE_DIR
+    Directory of CuPy's on-disk kernel cache (sets ``CUPY_CACHE_DIR`` when gdn_kernels is
+    imported before CuPy compiles anything).
+GDN_KERNELS_DEBUG
+    ``1`` adds ``-lineinfo`` (source lines in Nsight Compute and compute-sanitizer reports).
+GDN_KERNELS_NVTX
+    ``1`` opens an NVTX range around every dispatch (see :mod:`gdn_kernels._nvtx`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+if "GDN_KERNELS_CACHE_DIR" in os.environ:
+    os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
+
+
+def kernel_dir() -> Path:
+    """The ``kernels/`` tree: inside the installed package, or beside it in a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "kernels", here.parent / "kernels"):
+        if (candidate / "include").is_dir():
+            return candidate
+    raise FileNotFoundError(f"gdn_kernels: no kernels/ directory beside {here}")
+
+
+def source_tree_hash(root: Path | None = None) -> str:
+    """sha256 over the relative path and bytes of every ``.cu``/``.cuh`` file under ``root``.
+
+    Part of the compile options, so CuPy's cache key (which covers the main source text but not
+    headers reached through ``-I``) changes whenever any kernel file does.
+    """
+    root = kernel_dir() if root is None else root
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".cu", ".cuh")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def arch_for(compute_capability: int) -> str:
+    """NVRTC target for a device: the arch-specific ``sm_90a`` on Hopper, else ``sm_<cc>``."""
+    return f"sm_{compute_capability}a" if compute_capability == 90 else f"sm_{compute_capability}"
+
+
+def compile_options(arch: str = "sm_90a") -> tuple[str, ...]:
+    """The NVRTC options every module is compiled with (CuPy appends its own after these)."""
+    opts = [
+        "--std=c++17",
+        f"-arch={arch}",
+        f"-I{kernel_dir() / 'include'}",
+        f"-DGDN_KERNELS_SRC_HASH=0x{source_tree_hash()[:16]}",
+    ]
+    if os.environ.get("GDN_KERNELS_DEBUG", "0") not in ("", "0"):
+        opts.append("-lineinfo")
+    return tuple(opts)
+
+
+# What CuPy's RawModule adds to the options before NVRTC sees them (cupy/cuda/compiler.py):
+# the compile gate appends the same, so that it checks what users run.
+CUPY_ADDED_OPTIONS = ("-ftz=true", "--device-as-default-execution-space")
+
+OUT_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
+SCALE_TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
+
+# Weight formats of the W8A8 GEMM (the kFmt template constant of kernels/w8a8_gemm.cu).
+FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK = 0, 1, 2
+
+# Warps that split K in a W8A8 CTA: fixed, so a row's arithmetic never depends on the row count.
+GEMM_WARPS = 8
+# 8-token tiles a CTA by row count, and the chunks each warp keeps in flight for that tile count.
+GEMM_TILES = (1, 2, 4)
+GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
+QUANT_THREADS = 256
+
+
+def gemm_tiles(rows: int) -> int:
+    """8-token tiles a W8A8 CTA takes at this row count."""
+    return 1 if rows <= 8 else 2 if rows <= 16 else 4
+
+
+def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32") -> str:
+    return (
+        f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {GEMM_UNROLL[tiles]}, "
+        f"{OUT_TYPES[out]}, {SCALE_TYPES[scale]}>"
+    )
+
+
+def quant_instance(kind: str, dtype: str) -> str:
+    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {QUANT_THREADS}>"
+
+
+def _gemm_instances() -> tuple[str, ...]:
+    names = []
+    for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK):
+        scales = ("float32", "bfloat16") if fmt == FMT_FP8_BLOCK else ("float32",)
+        for tiles in GEMM_TILES:
+            for out in OUT_TYPES:
+                for scale in scales:
+                    names.append(gemm_instance(fmt, tiles, out, scale))
+    return tuple(names)
+
+
+def _quant_instances() -> tuple[str, ...]:
+    return tuple(
+        quant_instance(kind, dtype) for kind in ("int8", "fp8_group", "fp8_row") for dtype in OUT_TYPES
+    )
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kernel file and the template instances compiled from it."""
+
+    source: str
+    instances: tuple[str, ...]
+    # Instances whose ptxas report must show no stack frame and no spills (the compile gate).
+    hot: tuple[str, ...]
+
+
+FAMILIES: dict[str, Family] = {
+    "act_quant": Family("act_quant.cu", _quant_instances(), _quant_instances()),
+    "w8a8_gemm": Family("w8a8_gemm.cu", _gemm_instances(), _gemm_instances()),
+}
+
+
+def family_source(family: str) -> str:
+    return (kernel_dir() / FAMILIES[family].source).read_text()
+
+
+class Kernel:
+    """A compiled kernel function launched through the driver with a packed argument buffer.
+
+    ``fmt`` is a :mod:`struct` format of the kernel's parameters in order, with native alignment
+    (``P`` pointer, ``q`` long long, ``i`` int, ``f`` float), so one ``pack_into`` call lays them
+    out as the kernel expects. Launching needs no Python object per argument and no CuPy stream
+    object: the stream is the raw handle.
+    """
+
+    _CU_LAUNCH_PARAM_END = 0
+    _CU_LAUNCH_PARAM_BUFFER_POINTER = 1
+    _CU_LAUNCH_PARAM_BUFFER_SIZE = 2
+
+    def __init__(self, ptr: int, fmt: str, name: str):
+        self.ptr = ptr
+        self.name = name
+        self._struct = struct.Struct("@" + fmt)
+        self._local = threading.local()
+
+    def _buffers(self):
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            size = self._struct.size
+            args = ctypes.create_string_buffer(max(size, 8))
+            nbytes = ctypes.c_size_t(size)
+            extra = (ctypes.c_void_p * 5)(
+                self._CU_LAUNCH_PARAM_BUFFER_POINTER,
+                ctypes.addressof(args),
+                self._CU_LAUNCH_PARAM_BUFFER_SIZE,
+                ctypes.addressof(nbytes),
+                self._CU_LAUNCH_PARAM_END,
+            )
+            bufs = self._local.bufs = (args, nbytes, extra, ctypes.addressof(extra))
+        return bufs
+
+    def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
+        from cupy_backends.cuda.api import driver
+
+        buf, _, _, extra_addr = self._buffers()
+        self._struct.pack_into(buf, 0, *args)
+        driver.launchKernel(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, 0, extra_addr)
+
+
+class DeviceModules:
+    """The compiled families of one device, loaded once and kept for the process."""
+
+    def __init__(self, device_id: int):
+        import cupy
+
+        self.device_id = device_id
+        with cupy.cuda.Device(device_id) as dev:
+            cc = int(dev.compute_capability)
+        self.compute_capability = cc
+        self.arch = arch_for(cc)
+        self._modules = {}
+        self._kernels = {}
+        self._lock = threading.Lock()
+
+    def module(self, family: str):
+        import cupy
+
+        with self._lock:
+            mod = self._modules.get(family)
+            if mod is None:
+                fam = FAMILIES[family]
+                with cupy.cuda.Device(self.device_id):
+                    mod = cupy.RawModule(
+                        code=family_source(family),
+                        options=compile_options(self.arch),
+                        name_expressions=list(fam.instances),
+                    )
+                    mod.compile()
+                self._modules[family] = mod
+            return mod
+
+    def kernel(self, family: str, name: str, fmt: str) -> Kernel:
+        key = (family, name)
+        k = self._kernels.get(key)
+        if k is None:
+            import cupy
+
+            mod = self.module(family)
+            with cupy.cuda.Device(self.device_id):
+                fn = mod.get_function(name)
+                k = Kernel(fn.kernel.ptr, fmt, name)
+            self._kernels[key] = k
+        return k
+
+
+_DEVICES: dict[int, DeviceModules] = {}
+_DEVICES_LOCK = threading.Lock()
+
+
+def device_modules(device_id: int) -> DeviceModules:
+    """The per-process, per-device module cache."""
+    with _DEVICES_LOCK:
+        mods = _DEVICES.get(device_id)
+        if mods is None:
+            mods = _DEVICES[device_id] = DeviceModules(device_id)
+        return mods

@@ -1,0 +1,119 @@
+"""GPU-side weight preparation with CuPy: views of foreign arrays, weight quantizers, stacking.
+
+Not on the hot path: these run once when a weight is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gdn_kernels import _ptr
+
+_E4M3_KERNEL = None
+
+
+def cupy_view(arr: _ptr.DevArray):
+    """A CuPy array over the same device memory (bf16 appears as uint16 bits)."""
+    import cupy
+
+    np_dtype = {
+        "bfloat16": np.uint16,
+        "float16": np.float16,
+        "float32": np.float32,
+        "int8": np.int8,
+        "uint8": np.uint8,
+        "float8_e4m3fn": np.uint8,
+    }[arr.dtype]
+    item = _ptr.ITEMSIZE[arr.dtype]
+    extent = 1 + sum((s - 1) * st for s, st in zip(arr.shape, arr.strides)) if all(arr.shape) else 0
+    mem = cupy.cuda.UnownedMemory(arr.ptr, extent * item, arr.owner)
+    return cupy.ndarray(arr.shape, np_dtype, cupy.cuda.MemoryPointer(mem, 0),
+                        strides=tuple(s * item for s in arr.strides))
+
+
+def as_float32(arr: _ptr.DevArray):
+    """A bf16/fp16/fp32 device array converted to a new CuPy float32 array (exact)."""
+    import cupy
+
+    v = cupy_view(arr)
+    if arr.dtype == "bfloat16":
+        return (v.astype(cupy.uint32) << 16).view(cupy.float32)
+    if arr.dtype in ("float16", "float32"):
+        return v.astype(cupy.float32)
+    raise TypeError(f"expected a bf16/fp16/fp32 weight, got {arr.dtype}")
+
+
+def e4m3_rn(v):
+    """float32 CuPy array -> e4m3 bytes (uint8), round to nearest even, saturating at +-448."""
+    global _E4M3_KERNEL
+    import cupy
+
+    if _E4M3_KERNEL is None:
+        _E4M3_KERNEL = cupy.ElementwiseKernel(
+            "float32 v", "uint8 q",
+            "q = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)",
+            "gdn_e4m3_rn", preamble="#include <cuda_fp8.h>",
+        )
+    return _E4M3_KERNEL(v)
+
+
+def quantize_weight(arr: _ptr.DevArray, fmt):
+    """Quantize w [N, K] per the format: returns (q uint8/int8 [N, K], scale float32)."""
+    import cupy
+
+    from gdn_kernels.weights import FP8_BLOCK, WeightFormat
+
+    if len(arr.shape) != 2:
+        raise ValueError(f"weight must be [N, K], got shape {arr.shape}")
+    w = as_float32(arr)
+    n, k = w.shape
+    if fmt is WeightFormat.FP8_BLOCK:
+        nb, kb = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
+        padded = cupy.zeros((nb * FP8_BLOCK, kb * FP8_BLOCK), cupy.float32)
+        padded[:n, :k] = cupy.abs(w)
+        amax = padded.reshape(nb, FP8_BLOCK, kb, FP8_BLOCK).max(axis=(1, 3))
+        s = amax / np.float32(448)
+        s_full = cupy.repeat(cupy.repeat(s, FP8_BLOCK, axis=0), FP8_BLOCK, axis=1)[:n, :k]
+        safe = cupy.where(s_full == 0, np.float32(1), s_full)
+        q = e4m3_rn(cupy.where(s_full == 0, np.float32(0), w / safe))
+        return cupy.ascontiguousarray(q), cupy.ascontiguousarray(s)
+    limit = np.float32(127 if fmt is WeightFormat.INT8 else 448)
+    amax = cupy.abs(w).max(axis=1)
+    s = amax / limit
+    safe = cupy.where(s == 0, np.float32(1), s)[:, None]
+    ratio = cupy.where(s[:, None] == 0, np.float32(0), w / safe)
+    if fmt is WeightFormat.INT8:
+        q = cupy.clip(cupy.rint(ratio), -127, 127).astype(cupy.int8)
+    else:
+        q = e4m3_rn(ratio)
+    return cupy.ascontiguousarray(q), s
+
+
+def stack(segs):
+    """Copy weights [n_i, K] and their scales into one [sum n_i, K] weight (device memory)."""
+    import cupy
+
+    from gdn_kernels.weights import WeightFormat
+
+    n = sum(s.n for s in segs)
+    k = segs[0].k
+    fmt = segs[0].format
+    q = cupy.empty((n, k), cupy.uint8)
+    scale_item = _ptr.ITEMSIZE[segs[0].scale_dtype]
+    if fmt is WeightFormat.FP8_BLOCK:
+        s_rows = sum(s.scale_shape[0] for s in segs)
+        s = cupy.empty((s_rows, segs[0].scale_shape[1]), np.uint16 if scale_item == 2 else np.float32)
+    else:
+        s = cupy.empty((n,), cupy.float32)
+    q_off = s_off = 0
+    for seg in segs:
+        qb = seg.n * k
+        cupy.cuda.runtime.memcpy(q.data.ptr + q_off, seg.qweight, qb, cupy.cuda.runtime.memcpyDeviceToDevice)
+        q_off += qb
+        count = 1
+        for d in seg.scale_shape:
+            count *= d
+        sb = count * scale_item
+        cupy.cuda.runtime.memcpy(s.data.ptr + s_off, seg.scale, sb, cupy.cuda.runtime.memcpyDeviceToDevice)
+        s_off += sb
+    return q, s

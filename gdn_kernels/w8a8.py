@@ -1,0 +1,231 @@
+"""The W8A8 projection: context, pure ``supports`` check and launch.
+
+``ctx.proj(w, x, ldx, rows, out, ldc, stream)`` quantizes the activations per token (int8, e4m3)
+or per (token, 128) (e4m3 block), runs the decode-shaped GEMM of ``kernels/w8a8_gemm.cu`` and
+writes ``out[0:rows, 0:N]`` once, rounded to the activations' dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gdn_kernels import _build, _nvtx, _ptr
+from gdn_kernels.weights import FP8_BLOCK, W8a8Weight, WeightFormat
+
+ACT_DTYPES = ("bfloat16", "float16")
+DEFAULT_MAX_ROWS = 256
+DEFAULT_MAX_K = 17408
+
+_FMT = {
+    WeightFormat.INT8: _build.FMT_INT8,
+    WeightFormat.FP8_CHANNEL: _build.FMT_FP8_CHANNEL,
+    WeightFormat.FP8_BLOCK: _build.FMT_FP8_BLOCK,
+}
+_QUANT_KIND = {
+    WeightFormat.INT8: "int8",
+    WeightFormat.FP8_CHANNEL: "fp8_row",
+    WeightFormat.FP8_BLOCK: "fp8_group",
+}
+# Kernel parameter layouts (struct formats, see _build.Kernel).
+_GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
+_QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
+
+
+class Support(NamedTuple):
+    """Answer of a pure ``supports`` check: truthy when the call is inside the family."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def stream_handle(stream) -> int:
+    """A raw CUDA stream handle from an int, a CuPy stream (``.ptr``) or a PyTorch stream
+    (``.cuda_stream``); 0 is the legacy default stream."""
+    if isinstance(stream, int):
+        return stream
+    if stream is None:
+        return 0
+    for attr in ("ptr", "cuda_stream"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    raise TypeError(f"stream must be an int handle or a CUDA stream object, got {type(stream).__name__}")
+
+
+def check_proj_args(w: W8a8Weight, x: int, ldx: int, rows: int, out: int, ldc: int, dtype: str) -> None:
+    """Raise on bad arguments (never on a call that is merely outside the family)."""
+    if not isinstance(w, W8a8Weight):
+        raise TypeError(f"w must be a W8a8Weight, got {type(w).__name__}")
+    if dtype not in ACT_DTYPES:
+        raise TypeError(f"activations must be bfloat16 or float16, got {dtype}")
+    if not isinstance(rows, int) or rows < 0:
+        raise ValueError(f"rows must be an int >= 0, got {rows!r}")
+    if ldx < w.k:
+        raise ValueError(f"ldx = {ldx} < K = {w.k}")
+    if ldc < w.n:
+        raise ValueError(f"ldc = {ldc} < N = {w.n}")
+    # Rows are read with 16-byte loads: every row start must stay 16-byte aligned.
+    if ldx % 8:
+        raise ValueError(f"ldx = {ldx} must be a multiple of 8 elements (16-byte aligned rows)")
+    _ptr.check_pointer(x, "x", 16)
+    _ptr.check_pointer(out, "out", 16)
+
+
+def supports(w: W8a8Weight, rows: int, dtype: str = "bfloat16", *, max_rows: int = DEFAULT_MAX_ROWS,
+             max_k: int = DEFAULT_MAX_K) -> Support:
+    """Pure family check of a W8A8 projection: rows in [1, max_rows], K <= max_k, a served dtype."""
+    if not 1 <= rows <= max_rows:
+        return Support(False, f"rows = {rows} outside [1, {max_rows}]")
+    if w.k > max_k:
+        return Support(False, f"K = {w.k} > max_k = {max_k} of this context")
+    if dtype not in ACT_DTYPES:
+        return Support(False, f"no instance for activations of dtype {dtype}")
+    return Support(True)
+
+
+@dataclass(frozen=True, eq=False)
+class W8a8Mixer:
+    """The W8A8 weights a GDN layer installs: ``input`` the stacked ``[QKV | Z]`` in_proj and
+    ``output`` the out_proj, run through ``ctx``."""
+
+    ctx: "W8a8Ctx"
+    input: W8a8Weight
+    output: W8a8Weight
+
+
+class W8a8Ctx:
+    """One device's compiled W8A8 kernels and the activation workspace they share.
+
+    Parameters
+    ----------
+    device : int, optional
+        CUDA device ordinal (default: CuPy's current device).
+    max_rows : int
+        Largest row count served: the family is rows in [1, max_rows].
+    max_k : int
+        Largest K served (the workspace holds [max_rows, max_k] quantized activations).
+
+    Notes
+    -----
+    Every call uses the one workspace: calls on a context must be ordered (one stream, or
+    streams ordered by events). Give each concurrently running stream its own context. Calls
+    launch on the current device, which must be this context's.
+    """
+
+    def __init__(self, device: int | None = None, max_rows: int = DEFAULT_MAX_ROWS, max_k: int = DEFAULT_MAX_K):
+        import cupy
+
+        if max_rows < 1 or max_k < 128 or max_k % 128:
+            raise ValueError(f"max_rows >= 1 and max_k a positive multiple of 128, got {max_rows}, {max_k}")
+        self.device_id = cupy.cuda.Device().id if device is None else int(device)
+        self.max_rows = int(max_rows)
+        self.max_k = int(max_k)
+        self.modules = _build.device_modules(self.device_id)
+        with cupy.cuda.Device(self.device_id):
+            self._xq = cupy.empty(self.max_rows * self.max_k, cupy.uint8)
+            self._xs = cupy.empty(self.max_rows * (self.max_k // FP8_BLOCK), cupy.float32)
+        self._xq_ptr = self._xq.data.ptr
+        self._xs_ptr = self._xs.data.ptr
+        # Fetch every kernel now, so that no call compiles or looks anything up by name.
+        self._gemm = {}
+        for fmt, code in _FMT.items():
+            scales = ("float32", "bfloat16") if fmt is WeightFormat.FP8_BLOCK else ("float32",)
+            for tiles in _build.GEMM_TILES:
+                for out in ACT_DTYPES:
+                    for scale in scales:
+                        name = _build.gemm_instance(code, tiles, out, scale)
+                        self._gemm[(fmt, tiles, out, scale)] = self.modules.kernel("w8a8_gemm", name, _GEMM_ARGS)
+        self._quant = {}
+        for fmt, kind in _QUANT_KIND.items():
+            for dtype in ACT_DTYPES:
+                name = _build.quant_instance(kind, dtype)
+                self._quant[(fmt, dtype)] = self.modules.kernel("act_quant", name, _QUANT_ARGS)
+
+    def supports(self, w: W8a8Weight, rows: int, dtype: str = "bfloat16") -> Support:
+        """Pure: whether ``proj`` runs this case (True) or declines it (False, with the reason)."""
+        return supports(w, rows, dtype, max_rows=self.max_rows, max_k=self.max_k)
+
+    def proj(self, w: W8a8Weight, x, ldx: int, rows: int, out, ldc: int, stream=0, *, dtype: str | None = None) -> bool:
+        """out[0:rows, 0:N] = W8A8(x[0:rows, 0:K] . w^T), rounded once to x's dtype.
+
+        Parameters
+        ----------
+        w : W8a8Weight
+        x : int or array
+            Activations [rows, K] bf16/fp16 at row stride ``ldx`` elements (16-byte aligned
+            pointer, ldx a multiple of 8). Never modified.
+        ldx, ldc : int
+            Row strides of x and out, in elements (ldx >= K, ldc >= N).
+        rows : int
+            Token rows (>= 0); outside [1, max_rows] the call declines.
+        out : int or array
+            Output [rows, N] of x's dtype at row stride ``ldc`` (16-byte aligned pointer).
+            Nothing outside out[0:rows, 0:N] is written.
+        stream : int or stream object
+            CUDA stream handle (0: the legacy default stream).
+        dtype : str, optional
+            ``"bfloat16"`` or ``"float16"`` when x and out are raw pointers (default bfloat16).
+
+        Returns
+        -------
+        bool
+            True when launched (the output will be written in stream order); False when the case
+            is outside the family: nothing launched, ``out`` untouched.
+        """
+        x_ptr, x_dtype = _ptr.pointer_of(x)
+        out_ptr, out_dtype = _ptr.pointer_of(out)
+        dtype = dtype or x_dtype or out_dtype or "bfloat16"
+        for got, what in ((x_dtype, "x"), (out_dtype, "out")):
+            if got is not None and got != dtype:
+                raise TypeError(f"{what} is {got}, expected {dtype}")
+        check_proj_args(w, x_ptr, ldx, rows, out_ptr, ldc, dtype)
+        if not self.supports(w, rows, dtype):
+            return False
+        self.launch(w, x_ptr, ldx, rows, out_ptr, ldc, stream_handle(stream), dtype)
+        return True
+
+    def launch(self, w: W8a8Weight, x: int, ldx: int, rows: int, out: int, ldc: int, stream: int, dtype: str) -> None:
+        """Launch without checks: the caller has run check_proj_args and supports."""
+        if _nvtx.ENABLED:
+            _nvtx.push(f"gdn_kernels.{w.format.value}.proj[{w.n}x{w.k}]x{rows}")
+        fmt = w.format
+        self._quant_launch(fmt, x, ldx, rows, w.k, stream, dtype)
+        tiles = _build.gemm_tiles(rows)
+        gemm = self._gemm[(fmt, tiles, dtype, w.scale_dtype)]
+        grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
+        gemm.launch(grid, 32 * _build.GEMM_WARPS, stream,
+                    w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
+        if _nvtx.ENABLED:
+            _nvtx.pop()
+
+    def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
+        kernel = self._quant[(fmt, dtype)]
+        if fmt is WeightFormat.FP8_BLOCK:
+            warps = _build.QUANT_THREADS // 32
+            grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
+        else:
+            grid = (rows, 1, 1)
+        kernel.launch(grid, _build.QUANT_THREADS, stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
+
+    def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
+        """Run only the activation quantizer of ``w``'s format (for tests and profiling).
+
+        Returns CuPy views of the workspace: q [rows, K] (int8 or e4m3 bytes) and the fp32 scales
+        ([rows], or [rows, K/128] for block-scaled weights), valid until the next call.
+        """
+        import cupy
+
+        check_proj_args(w, x, ldx, rows, 16, w.n, dtype)
+        if not self.supports(w, rows, dtype):
+            raise ValueError(self.supports(w, rows, dtype).reason)
+        self._quant_launch(w.format, x, ldx, rows, w.k, stream_handle(stream), dtype)
+        q = self._xq[: rows * w.k].reshape(rows, w.k)
+        if w.format is WeightFormat.INT8:
+            q = q.view(cupy.int8)
+        groups = w.k // FP8_BLOCK if w.format is WeightFormat.FP8_BLOCK else 1
+        s = self._xs[: rows * groups].reshape(rows, groups)
+        return q, (s if groups > 1 or w.format is WeightFormat.FP8_BLOCK else s[:, 0])

@@ -1,0 +1,70 @@
+"""The kernel build on the CPU: source hashing, and the compile gate (every instance compiles for
+sm_90a through NVRTC with the run-time options, no local memory in the hot kernels)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+import pytest
+
+from gdn_kernels import _build
+
+GATE_REQUIRED = os.environ.get("GDN_KERNELS_REQUIRE_COMPILE_GATE", "0") not in ("", "0")
+
+
+def _nvrtc_missing() -> str | None:
+    for mod in ("cuda.bindings.nvrtc", "cupy"):
+        try:
+            if importlib.util.find_spec(mod) is None:
+                return f"{mod} is not installed"
+        except ModuleNotFoundError as exc:
+            return f"{mod} is not installed ({exc})"
+    return None
+
+
+def test_source_hash_covers_headers(tmp_path):
+    tree = tmp_path / "kernels"
+    shutil.copytree(_build.kernel_dir(), tree)
+    before = _build.source_tree_hash(tree)
+    assert before == _build.source_tree_hash(_build.kernel_dir())
+    header = tree / "include" / "gdn" / "ptx.cuh"
+    header.write_text(header.read_text() + "\n// edited\n")
+    after = _build.source_tree_hash(tree)
+    assert after != before
+    (tree / "include" / "gdn" / "new.cuh").write_text("#pragma once\n")
+    assert _build.source_tree_hash(tree) not in (before, after)
+
+
+def test_compile_options_carry_hash_and_arch():
+    opts = _build.compile_options("sm_90a")
+    assert "-arch=sm_90a" in opts
+    assert f"-DGDN_KERNELS_SRC_HASH=0x{_build.source_tree_hash()[:16]}" in opts
+    assert _build.arch_for(90) == "sm_90a" and _build.arch_for(89) == "sm_89"
+
+
+def test_instance_list_is_curated_and_unique():
+    for fam in _build.FAMILIES.values():
+        assert len(set(fam.instances)) == len(fam.instances)
+        assert set(fam.hot) <= set(fam.instances)
+        assert (_build.kernel_dir() / fam.source).is_file()
+
+
+def test_compile_gate():
+    missing = _nvrtc_missing()
+    if missing:
+        if GATE_REQUIRED:
+            pytest.fail(f"GDN_KERNELS_REQUIRE_COMPILE_GATE is set but {missing}")
+        pytest.skip(f"compile gate needs NVRTC: {missing}")
+    from gdn_kernels import compile_gate
+
+    reports = compile_gate.compile_all("sm_90a")
+    names = {(r.family, r.name) for r in reports}
+    for family, fam in _build.FAMILIES.items():
+        for inst in fam.instances:
+            assert (family, inst) in names, f"{inst} did not compile"
+    hot = [r for r in reports if r.name in _build.FAMILIES[r.family].hot]
+    dirty = [r.name for r in hot if not r.clean]
+    assert not dirty, f"local memory (stack or spills) in hot kernels: {dirty}"
+    assert all(r.registers <= 255 for r in reports)

@@ -1,0 +1,293 @@
+"""W8A8 projections on the GPU (int8, fp8 per channel, fp8 128x128 blocks) against the numpy
+references: quantized activations bit-equal, outputs within the stated bound, nothing outside the
+output written, bitwise row invariance and run-to-run determinism."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from gdn_kernels import reference as ref
+from tests.gpu_util import (
+    NP_DTYPE,
+    POISON,
+    poisoned,
+    random_activations,
+    region,
+    to_device_2d,
+    ulp_distance,
+    untouched_mask,
+)
+
+pytestmark = pytest.mark.gpu
+
+FORMATS = ("int8", "fp8_channel", "fp8_block")
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from gdn_kernels import W8a8Ctx
+
+    return W8a8Ctx(max_rows=256, max_k=17408)
+
+
+class HostWeight:
+    """A random quantized weight on host and device, in one of the W8A8 formats."""
+
+    def __init__(self, rng, fmt: str, n: int, k: int, scale_dtype: str = "float32"):
+        import cupy
+
+        from gdn_kernels import W8a8Weight
+
+        self.fmt, self.n, self.k = fmt, n, k
+        if fmt == "int8":
+            self.q = rng.integers(-127, 128, (n, k), dtype=np.int8)
+            self.s = (rng.random(n, dtype=np.float32) * 0.02 + 1e-3).astype(np.float32)
+        else:
+            # Random e4m3 bytes, NaN codes (0x7f, 0xff) excluded.
+            b = rng.integers(0, 254, (n, k), dtype=np.uint8)
+            b[b >= 0x7F] += 1
+            self.q = b.view(ml_dtypes.float8_e4m3fn)
+            shape = (-(-n // 128), k // 128) if fmt == "fp8_block" else (n,)
+            self.s = (rng.random(shape, dtype=np.float32) * 0.01 + 1e-4).astype(np.float32)
+            if scale_dtype == "bfloat16":
+                self.s = self.s.astype(ml_dtypes.bfloat16)
+        self.dq = cupy.asarray(self.q.view(np.uint8) if fmt != "int8" else self.q)
+        s_dev = self.s.view(np.uint16) if scale_dtype == "bfloat16" else self.s
+        self.ds = cupy.asarray(s_dev)
+        self.w = W8a8Weight.from_pointers(self.dq.data.ptr, self.ds.data.ptr, n, k, format=fmt,
+                                          scale_dtype=scale_dtype, owner=(self.dq, self.ds))
+
+    def decoded(self) -> np.ndarray:
+        """float64 [n, k] dequantized weight."""
+        q = self.q.astype(np.float64)
+        s = self.s.astype(np.float64)
+        if self.fmt == "fp8_block":
+            s = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[: self.n, : self.k]
+            return q * s
+        return q * s[:, None]
+
+
+def run_proj(ctx, hw: HostWeight, x: np.ndarray, dtype: str, *, ldx_pad=0, ldc_pad=0, offset=8):
+    """Run ctx.proj with x and out inside larger poisoned buffers; returns (result, out buffer)."""
+    import cupy
+
+    rows, k = x.shape
+    ldx, ldc = k + ldx_pad, hw.n + ldc_pad
+    x_buf, x_ptr = to_device_2d(x, ldx, offset=offset)
+    size = rows * ldc + 2 * offset
+    out = poisoned(size)
+    ok = ctx.proj(hw.w, x_ptr, ldx, rows, out.data.ptr + 2 * offset, ldc, 0, dtype=dtype)
+    cupy.cuda.runtime.deviceSynchronize()
+    host = out.get()
+    mask = untouched_mask(size, offset, rows, hw.n, ldc)
+    assert (host[mask] == POISON).all(), "proj wrote outside out[0:rows, 0:N]"
+    y = region(host, offset, rows, hw.n, ldc).copy().view(NP_DTYPE[dtype])
+    return ok, y
+
+
+def expected(hw: HostWeight, x: np.ndarray, dtype: str):
+    """(quantized activations, scales, reference output or None, float64 output)."""
+    if hw.fmt == "int8":
+        qx, sx = ref.quantize_int8_rows(x)
+        acc = np.rint(qx.astype(np.float64) @ hw.q.astype(np.float64).T).astype(np.int64)
+        y_ref = ref.w8a8_int8_epilogue(acc, sx, hw.s, NP_DTYPE[dtype])
+        return qx.view(np.uint8), sx, y_ref, None
+    if hw.fmt == "fp8_channel":
+        qx, sx = ref.quantize_fp8_rows(x)
+        y64 = ref.fp8_channel_proj_f64(qx, sx, hw.q, hw.s.astype(np.float32))
+    else:
+        qx, sx = ref.quantize_fp8_groups(x)
+        y64 = ref.fp8_block_proj_f64(qx, sx, hw.q, hw.s.astype(np.float32))
+    return qx.view(np.uint8), sx, None, y64
+
+
+def fp8_bound(hw: HostWeight, qx, sx) -> np.ndarray:
+    """Per-element error bound of the fp8 GEMMs against the float64 reference.
+
+    Inside a 128-chunk the e4m3 MMAs accumulate 128 exact products (four k32 steps; Hopper's fp8
+    tensor cores keep about 13 bits of the running sum, so a step errs by up to 2^-13 of the
+    chunk's absolute sum: 2^-11 for the chunk, bounded here by 2^-10); chunks are promoted to
+    fp32 registers, scaled and summed (2^-23 of the running absolute sum, K/128 times, bounded by
+    2^-22); the output rounds once (half an ulp, applied by the caller).
+    """
+    xd = qx.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    if hw.fmt == "fp8_block":
+        sxd = np.repeat(sx.astype(np.float64), 128, axis=1)
+        xd = xd * sxd
+    else:
+        xd = xd * sx.astype(np.float64)[:, None]
+    absdot = np.abs(xd) @ np.abs(hw.decoded()).T
+    return absdot * (2.0 ** -10 + (hw.k / 128) * 2.0 ** -22)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(
+    n=st.integers(1, 400),
+    kb=st.integers(1, 24),
+    rows=st.integers(1, 40),
+    dtype=st.sampled_from(["bfloat16", "float16"]),
+    ldx_pad=st.sampled_from([0, 8, 136]),
+    ldc_pad=st.sampled_from([0, 1, 13]),
+    outliers=st.booleans(),
+    zero_row=st.integers(0, 60),
+    seed=st.integers(0, 2**31 - 1),
+)
+@example(n=16, kb=1, rows=1, dtype="bfloat16", ldx_pad=0, ldc_pad=0, outliers=False, zero_row=0, seed=1)
+@example(n=129, kb=3, rows=17, dtype="float16", ldx_pad=8, ldc_pad=1, outliers=True, zero_row=5, seed=2)
+def test_proj_matches_reference(ctx, fmt, n, kb, rows, dtype, ldx_pad, ldc_pad, outliers, zero_row, seed):
+    rng = np.random.default_rng(seed)
+    k = 128 * kb
+    hw = HostWeight(rng, fmt, n, k)
+    x = random_activations(rng, rows, k, dtype, outliers=outliers, zero_rows=(zero_row,))
+    ok, y = run_proj(ctx, hw, x, dtype, ldx_pad=ldx_pad, ldc_pad=ldc_pad)
+    assert ok
+    check_output(hw, x, y, dtype)
+
+
+def check_output(hw: HostWeight, x: np.ndarray, y: np.ndarray, dtype: str):
+    qx, sx, y_ref, y64 = expected(hw, x, dtype)
+    assert not np.isnan(y.astype(np.float32)).any()
+    if y_ref is not None:
+        # int8: exact int32 accumulation, so the output is the reference epilogue's to one ulp.
+        assert ulp_distance(y, y_ref).max() <= 1
+        return
+    half_ulp = 2.0 ** -9 if dtype == "bfloat16" else 2.0 ** -12
+    bound = fp8_bound(hw, qx, sx) * (1 + half_ulp) + half_ulp * np.abs(y64) + 1e-30
+    err = np.abs(y.astype(np.float64) - y64)
+    assert (err <= bound).all(), f"max err/bound {np.max(err / bound):.3g}"
+    rel = np.linalg.norm(y.astype(np.float64) - y64) / max(np.linalg.norm(y64), 1e-30)
+    assert rel <= 2 * half_ulp + 2.0 ** -8
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(k=st.sampled_from([128, 2048, 5120, 17408]), rows=st.integers(1, 64),
+       dtype=st.sampled_from(["bfloat16", "float16"]), seed=st.integers(0, 2**31 - 1))
+def test_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
+    import cupy
+
+    rng = np.random.default_rng(seed)
+    hw = HostWeight(rng, fmt, 16, k)
+    x = random_activations(rng, rows, k, dtype, outliers=True, zero_rows=(rows // 2,))
+    # A zero 128-group inside a live row, and subnormal-sized values in another.
+    x[0, :128] = 0
+    if rows > 1:
+        x[1, 128:] = (x[1, 128:].astype(np.float32) * np.float32(1e-36)).astype(NP_DTYPE[dtype])
+    x_buf, x_ptr = to_device_2d(x, k)
+    q, s = ctx.quantize_activations(hw.w, x_ptr, k, rows, dtype=dtype)
+    cupy.cuda.runtime.deviceSynchronize()
+    qx, sx, _, _ = expected(hw, x, dtype)
+    np.testing.assert_array_equal(q.get().view(np.uint8), np.asarray(qx).view(np.uint8))
+    np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scale_dtype", ["float32", "bfloat16"])
+def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
+    if scale_dtype == "bfloat16" and fmt != "fp8_block":
+        pytest.skip("bf16 scales exist for block-scaled fp8 only")
+    rng = np.random.default_rng(7)
+    hw = HostWeight(rng, fmt, 300, 1280, scale_dtype)
+    x = random_activations(rng, 256, 1280, "bfloat16", outliers=True, zero_rows=(3,))
+    _, full = run_proj(ctx, hw, x, "bfloat16")
+    _, again = run_proj(ctx, hw, x, "bfloat16")
+    assert (full.view(np.uint16) == again.view(np.uint16)).all(), "run-to-run results differ"
+    for rows in (1, 2, 7, 8, 9, 16, 17, 33, 100):
+        pick = rng.choice(256, rows, replace=False)
+        _, sub = run_proj(ctx, hw, x[pick], "bfloat16")
+        assert (sub.view(np.uint16) == full[pick].view(np.uint16)).all(), f"row invariance broken at rows={rows}"
+    check_output(hw, x, full, "bfloat16")
+
+
+# The model shapes of ../shared/FORMATS.md, [N, K].
+MODEL_SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n,k", MODEL_SHAPES)
+def test_model_shapes(ctx, fmt, n, k):
+    rng = np.random.default_rng(n + k)
+    hw = HostWeight(rng, fmt, n, k)
+    for rows in (1, 16, 256) if n * k <= 16384 * 5120 else (3,):
+        x = random_activations(rng, rows, k, "bfloat16", outliers=True)
+        ok, y = run_proj(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=8)
+        assert ok
+        check_output(hw, x, y, "bfloat16")
+
+
+def test_declines_leave_output_untouched(ctx):
+    import cupy
+
+    rng = np.random.default_rng(3)
+    hw = HostWeight(rng, "int8", 64, 256)
+    x = random_activations(rng, 300, 256, "bfloat16")
+    x_buf, x_ptr = to_device_2d(x, 256)
+    out = poisoned(300 * 64)
+    for rows in (0, 257, 300):
+        assert ctx.proj(hw.w, x_ptr, 256, rows, out.data.ptr, 64, 0, dtype="bfloat16") is False
+    cupy.cuda.runtime.deviceSynchronize()
+    assert (out.get() == POISON).all()
+
+
+def test_weight_quantizers_match_reference():
+    import cupy
+
+    from gdn_kernels import Fp8Weight, W8a8Weight, WeightFormat
+
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((300, 384)) * 0.05).astype(ml_dtypes.bfloat16)
+    w[7] = 0
+    dw = cupy.asarray(w.view(np.uint16))
+    from gdn_kernels._ptr import DevArray
+
+    arr = DevArray(dw.data.ptr, (300, 384), (384, 1), "bfloat16", dw)
+    for fmt, fn in ((WeightFormat.INT8, ref.quantize_int8_weight),
+                    (WeightFormat.FP8_CHANNEL, ref.quantize_fp8_weight_channel),
+                    (WeightFormat.FP8_BLOCK, ref.quantize_fp8_weight_block)):
+        qw = W8a8Weight.quantize(arr, format=fmt)
+        q_dev, s_dev = qw.owner
+        q_ref, s_ref = fn(w)
+        np.testing.assert_array_equal(q_dev.get().view(np.uint8), np.asarray(q_ref).view(np.uint8))
+        np.testing.assert_array_equal(s_dev.get(), s_ref)
+    f8 = Fp8Weight.quantize(arr)
+    assert f8.as_w8a8().format is WeightFormat.FP8_BLOCK
+
+
+def test_stacked_weight_equals_separate_projections(ctx):
+    import cupy
+
+    from gdn_kernels import W8a8Weight
+
+    rng = np.random.default_rng(5)
+    for fmt in FORMATS:
+        parts = [HostWeight(rng, fmt, n, 512) for n in (256, 128, 384)]
+        stacked = W8a8Weight.new([p.w for p in parts])
+        assert stacked.segments == (256, 128, 384) and stacked.n == 768
+        x = random_activations(rng, 5, 512, "bfloat16")
+        x_buf, x_ptr = to_device_2d(x, 512)
+        out = cupy.zeros((5, 768), cupy.uint16)
+        assert ctx.proj(stacked, x_ptr, 512, 5, out.data.ptr, 768, 0, dtype="bfloat16")
+        col = 0
+        for p in parts:
+            _, y = run_proj(ctx, p, x, "bfloat16")
+            assert (out.get()[:, col: col + p.n] == y.view(np.uint16)).all()
+            col += p.n
+
+
+def test_arrays_of_cupy_accepted(ctx):
+    import cupy
+
+    from gdn_kernels import W8a8Weight
+
+    rng = np.random.default_rng(9)
+    q = cupy.asarray(rng.integers(-127, 128, (96, 256), dtype=np.int8))
+    s = cupy.asarray(rng.random(96, dtype=np.float32) * 0.01)
+    w = W8a8Weight.from_arrays(q, s)
+    x = cupy.asarray(rng.standard_normal((4, 256)).astype(np.float16))
+    out = cupy.full((4, 96), np.nan, cupy.float16)
+    assert ctx.proj(w, x, 256, 4, out, 96)
+    y_ref = ref.w8a8_int8_proj(x.get(), q.get(), s.get(), np.float16)
+    assert ulp_distance(out.get(), y_ref).max() <= 1
