@@ -6,6 +6,9 @@
 #include "gdn/convert.cuh"
 #include "gdn/vec.cuh"
 
+// Scales are tested for zero on their bits: under -ftz a float comparison would take a
+// subnormal scale (a row of subnormal-sized values) for zero.
+
 // int8 per token: s = amax / 127; q = rne(x / s) clamped to +-127; an all-zero row gives s = 0
 // and zeros. One CTA a row; the row is read twice (amax, then quantize), the second time from
 // L1/L2.
@@ -33,7 +36,7 @@ act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __
     float f[8];
     gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
     uint32_t packed[2] = {0u, 0u};
-    if (scale != 0.f) {
+    if (__float_as_uint(scale) != 0u) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int v = max(-127, min(127, __float2int_rn(gdn::div_rn(f[i], scale))));
@@ -67,7 +70,7 @@ act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
   const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
   if (lane == 0) s[row * groups + grp] = scale;
   uint32_t packed = 0u;
-  if (scale != 0.f) {
+  if (__float_as_uint(scale) != 0u) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << (i * 8);
   }
@@ -98,7 +101,7 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
     float f[8];
     gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
     uint32_t packed[2] = {0u, 0u};
-    if (scale != 0.f) {
+    if (__float_as_uint(scale) != 0u) {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
         packed[i >> 2] |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << ((i & 3) * 8);
