@@ -11,7 +11,7 @@ export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/gdn_cupy_cache}
 export GDN_KERNELS_REQUIRE_GPU=1
 steps=${*:-tests sanitize main bench}
 : >"$OUT/summary.txt"
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; git log -1 --format='commit %H %s' 2>/dev/null; python3 -c 'import cupy; print("cupy", cupy.__version__)'; } >"$OUT/device.txt" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; echo "commit ${GDN_KERNELS_COMMIT:-unknown}"; python3 -c 'import cupy; print("cupy", cupy.__version__)'; } >"$OUT/device.txt" 2>&1
 run() {
   local name=$1; shift
   local t0=$SECONDS
@@ -21,7 +21,7 @@ run() {
 }
 for step in $steps; do
   case $step in
-    tests) run tests timeout 300 python3 -m pytest -q --maxfail=10 -p no:cacheprovider tests/ ${GDN_TEST_ARGS:-} ;;
+    tests) run tests timeout 300 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider --junitxml=$OUT/tests.xml tests/ ${GDN_TEST_ARGS:-} ;;
     sanitize)
       run memcheck timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/sanitize_w8a8.py
       run racecheck timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/sanitize_w8a8.py ;;

@@ -64,6 +64,9 @@ def device_info() -> dict:
 
 
 def commit_hash() -> str:
+    """The source commit: GDN_KERNELS_COMMIT when set (a copied tree has no .git), else git's."""
+    if os.environ.get("GDN_KERNELS_COMMIT"):
+        return os.environ["GDN_KERNELS_COMMIT"]
     try:
         root = Path(__file__).resolve().parent.parent
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -298,6 +301,17 @@ def bench_w8a8_case(ctx, fmt, n: int, k: int, rows_list, copy_bw: float, l2_byte
 
     fmt = WeightFormat(fmt)
     stream = cupy.cuda.Stream(non_blocking=True)
+    # Every CuPy operation of the case (inputs, poison) runs on the measured stream, in order
+    # with the projections.
+    with stream:
+        return _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays)
+
+
+def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays):
+    import cupy
+
+    from gdn_kernels.weights import WeightFormat
+
     first = random_w8a8_weight(fmt, n, k, seed)
     nrot = rotation_count(first.nbytes, l2_bytes)
     weights = [first] + [random_w8a8_weight(fmt, n, k, seed + 1 + i) for i in range(nrot - 1)]
