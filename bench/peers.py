@@ -80,3 +80,57 @@ def _peer_times(n: int, k: int, rows: int, nrot: int) -> tuple[tuple[str, float]
 def torch_w8a8_peer(fmt: str, n: int, k: int, rows: int, nrot: int) -> dict:
     """{name_us: microseconds} of the torch int8 and fp8 GEMMs at this shape (cached per shape)."""
     return dict(_peer_times(n, k, rows, nrot))
+
+
+_DEQUANT = None
+
+
+def _dequant_kernel():
+    """NVFP4 [N, K] -> bf16 [N, K] (bench-only emulation of engines' dequantize-then-GEMM path)."""
+    global _DEQUANT
+    import cupy
+
+    if _DEQUANT is None:
+        _DEQUANT = cupy.RawKernel(r"""
+#include <cuda_fp8.h>
+extern "C" __global__ void nvfp4_dequant_bf16(const unsigned char* packed, const unsigned char* scale,
+                                              float scale2, unsigned short* out, long long n_bytes, int k) {
+  const float lut[16] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n_bytes; i += (long long)gridDim.x * blockDim.x) {
+    const long long e = 2 * i;
+    const long long row = e / k;
+    const int col = (int)(e - row * k);
+    const __half_raw hs = __nv_cvt_fp8_to_halfraw(scale[row * (k / 16) + col / 16], __NV_E4M3);
+    const float s = __half2float(*reinterpret_cast<const __half*>(&hs)) * scale2;
+    const unsigned char b = packed[i];
+    const float v0 = lut[b & 15] * s, v1 = lut[b >> 4] * s;
+    out[e] = (unsigned short)(__float_as_uint(v0) >> 16);
+    out[e + 1] = (unsigned short)(__float_as_uint(v1) >> 16);
+  }
+}
+""", "nvfp4_dequant_bf16")
+    return _DEQUANT
+
+
+def dequant_cublas_peer(weights, rows: int, x_ptr: int, stream, replays: int = 50) -> dict:
+    """{dequant_bf16_cublas_us}: dequantize the NVFP4 weight to bf16, then cuBLAS bf16, in one
+    graph, rotating over the same weight copies as gdn_kernels' own timing."""
+    import cupy
+
+    from gdn_kernels import bench as harness
+
+    kern = _dequant_kernel()
+    w0 = weights[0]
+    wbf = cupy.empty((w0.n, w0.k), cupy.uint16)
+    out = cupy.empty((rows, w0.n), cupy.uint16)
+    blas = harness.cublas_bf16_launcher(x_ptr, wbf.data.ptr, out.data.ptr, rows, w0.n, w0.k, stream)
+    n_bytes = w0.n * w0.k // 2
+
+    def step(w):
+        def f():
+            kern((1056,), (256,), (np.uint64(w.packed), np.uint64(w.scale), np.float32(w.scale2),
+                                   wbf, np.int64(n_bytes), np.int32(w.k)))
+            blas()
+        return f
+
+    return {"dequant_bf16_cublas_us": harness.time_graph([step(w) for w in weights], stream, replays)}

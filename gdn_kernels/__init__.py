@@ -5,6 +5,8 @@ projection returns True when it launched and wrote its output, False when the ca
 its family (nothing launched, the caller falls back).
 """
 
+from gdn_kernels.config import ActQuant, ActQuantConfig, ProjFamily
+from gdn_kernels.nvfp4 import GpuCtx, Nvfp4Ctx, Nvfp4Weight, fixed_nvfp4_proj
 from gdn_kernels.w8a8 import Support, W8a8Ctx, W8a8Mixer, stream_handle, supports
 from gdn_kernels.weights import (
     Fp8BlockScaled,
@@ -18,6 +20,13 @@ from gdn_kernels.weights import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActQuant",
+    "ActQuantConfig",
+    "GpuCtx",
+    "Nvfp4Ctx",
+    "Nvfp4Weight",
+    "ProjFamily",
+    "fixed_nvfp4_proj",
     "Fp8BlockScaled",
     "Fp8PerChannel",
     "Fp8ScaleFormat",

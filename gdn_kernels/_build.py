@@ -125,6 +125,19 @@ def _quant_instances() -> tuple[str, ...]:
     )
 
 
+FP4_WARPS = 8
+FP4_QUANT_THREADS = 128
+FP4_IN_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
+
+
+def fp4_gemm_instance(tiles: int, out: str) -> str:
+    return f"fp4_mx_gemm_kernel<{FP4_WARPS}, {tiles}, {GEMM_UNROLL[tiles]}, {OUT_TYPES[out]}>"
+
+
+def fp4_quant_instance(dtype: str) -> str:
+    return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {FP4_QUANT_THREADS}>"
+
+
 @dataclass(frozen=True)
 class Family:
     """One kernel file and the template instances compiled from it."""
@@ -138,6 +151,10 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "act_quant": Family("act_quant.cu", _quant_instances(), _quant_instances()),
     "w8a8_gemm": Family("w8a8_gemm.cu", _gemm_instances(), _gemm_instances()),
+    "fp4_quant": Family("fp4_quant.cu", tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES),
+                        tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
+    "fp4_mx_gemm": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES),
+                          tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)),
 }
 
 

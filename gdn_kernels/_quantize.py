@@ -117,3 +117,51 @@ def stack(segs):
         cupy.cuda.runtime.memcpy(s.data.ptr + s_off, seg.scale, sb, cupy.cuda.runtime.memcpyDeviceToDevice)
         s_off += sb
     return q, s
+
+
+def stack_bytes(*parts):
+    """Concatenate device byte ranges: each argument a list of (pointer, nbytes); returns one new
+    CuPy uint8 array per list."""
+    import cupy
+
+    outs = []
+    for ranges in parts:
+        out = cupy.empty(sum(n for _, n in ranges), cupy.uint8)
+        off = 0
+        for ptr, n in ranges:
+            cupy.cuda.runtime.memcpy(out.data.ptr + off, ptr, n, cupy.cuda.runtime.memcpyDeviceToDevice)
+            off += n
+        outs.append(out)
+    return tuple(outs)
+
+
+def quantize_nvfp4_weight(arr: _ptr.DevArray):
+    """NVFP4 weight [N, K] on the GPU: (packed uint8 [N, K/2], scale e4m3 bytes [N, K/16], scale2).
+
+    scale2 = amax(w) / 2688 in fp32; the rows are then quantized by the same kernel as static-
+    scale activations (fp4_quant.cu), so the two can never disagree.
+    """
+    import cupy
+
+    from gdn_kernels import _build
+
+    if len(arr.shape) != 2:
+        raise ValueError(f"weight must be [N, K], got shape {arr.shape}")
+    w = as_float32(arr)
+    n, k = w.shape
+    if k % 128:
+        raise ValueError(f"NVFP4 K = {k} is not a multiple of 128")
+    amax = np.float32(cupy.abs(w).max().get())
+    scale2 = amax / np.float32(2688)
+    if not scale2 > 0:
+        raise ValueError("cannot quantize an all-zero weight to NVFP4 (its global scale would be 0)")
+    w = cupy.ascontiguousarray(w)
+    packed = cupy.empty((n, k // 2), cupy.uint8)
+    scale = cupy.empty((n, k // 16), cupy.uint8)
+    mods = _build.device_modules(cupy.cuda.Device().id)
+    kern = mods.kernel("fp4_quant", _build.fp4_quant_instance("float32"), "PPPPPPfiq")
+    stream = cupy.cuda.get_current_stream()
+    kern.launch((n, 1, 1), _build.FP4_QUANT_THREADS, stream.ptr,
+                w.data.ptr, packed.data.ptr, scale.data.ptr, 0, 0, 0, float(scale2), k, k)
+    stream.synchronize()
+    return packed, scale, float(scale2)

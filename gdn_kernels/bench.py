@@ -350,3 +350,75 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
     del weights, wb
     cupy.get_default_memory_pool().free_all_blocks()
     return records
+
+
+def random_nvfp4_weight(n: int, k: int, seed: int):
+    """A random device NVFP4 weight: all 16 codes, positive normal e4m3 block scales."""
+    import cupy
+
+    from gdn_kernels.nvfp4 import Nvfp4Weight
+
+    rs = cupy.random.RandomState(seed)
+    packed = rs.randint(0, 256, (n, k // 2), dtype=cupy.uint8)
+    scale = rs.randint(0x08, 0x70, (n, k // 16), dtype=cupy.uint8)
+    return Nvfp4Weight.from_pointers(packed.data.ptr, scale.data.ptr, n, k, 1e-3, owner=(packed, scale))
+
+
+def check_nvfp4_sample(w, x_bits: np.ndarray, y_bits: np.ndarray, cols: np.ndarray) -> float:
+    """Max relative error of sampled output columns against the float64 reference."""
+    import cupy
+    import ml_dtypes
+
+    from gdn_kernels import _ptr, _quantize, reference as ref
+
+    x = x_bits.view(ml_dtypes.bfloat16)
+    c = cupy.asarray(cols)
+    packed = _quantize.cupy_view(_ptr.DevArray(w.packed, (w.n, w.k // 2), (w.k // 2, 1), "uint8"))[c].get()
+    scale = _quantize.cupy_view(_ptr.DevArray(w.scale, (w.n, w.k // 16), (w.k // 16, 1), "uint8"))[c].get()
+    xp, xs, xgs = ref.quantize_nvfp4_rows(x)
+    y64 = ref.nvfp4_proj_f64(xp, xs, xgs, packed, scale.view(ml_dtypes.float8_e4m3fn), np.float32(w.scale2))
+    y = y_bits[:, cols].view(ml_dtypes.bfloat16).astype(np.float64)
+    return float(np.max(np.abs(y - y64)) / max(np.max(np.abs(y64)), 1e-30))
+
+
+def bench_nvfp4_case(ctx, n: int, k: int, rows_list, copy_bw: float, l2_bytes: int, *, peers=None,
+                     seed: int = 0, replays: int = 50) -> list[Record]:
+    """As :func:`bench_w8a8_case` for the NVFP4 projection (``ctx`` an Nvfp4Ctx); ``peers`` take
+    (weight, rows, x_ptr, stream) and return {name_us: microseconds}."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        first = random_nvfp4_weight(n, k, seed)
+        nrot = rotation_count(first.nbytes, l2_bytes)
+        weights = [first] + [random_nvfp4_weight(n, k, seed + 1 + i) for i in range(nrot - 1)]
+        rs = cupy.random.RandomState(seed + 1000)
+        max_rows = max(rows_list)
+        x = (rs.standard_normal((max_rows, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+        out = cupy.empty((max_rows, n), cupy.uint16)
+        nrot_bf16 = rotation_count(2 * n * k, l2_bytes)
+        wb = [(rs.standard_normal((n, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+              for _ in range(nrot_bf16)]
+        out_bf16 = cupy.empty((max_rows, n), cupy.uint16)
+        cols = np.random.default_rng(seed).choice(n, min(n, 96), replace=False)
+        records = []
+        for rows in rows_list:
+            out.fill(0xFFFF)
+            assert ctx.proj(first, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+            stream.synchronize()
+            rel = check_nvfp4_sample(first, x[:rows].get(), out[:rows].get(), cols)
+            if not rel <= 1e-2:
+                raise AssertionError(f"nvfp4 [{n}, {k}] rows {rows}: relative error {rel:.3g}")
+            launches = [(lambda w=w: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16"))
+                        for w in weights]
+            us = time_graph(launches, stream, replays)
+            blas = [cublas_bf16_launcher(x.data.ptr, w.data.ptr, out_bf16.data.ptr, rows, n, k, stream) for w in wb]
+            peer_us = {"cublas_bf16_us": time_graph(blas, stream, replays)}
+            for peer in peers or ():
+                peer_us.update(peer(weights, rows, x.data.ptr, stream, replays))
+            floor = first.nbytes / copy_bw * 1e6
+            records.append(Record("nvfp4", n, k, rows, us, floor, first.nbytes, first.nbytes / us * 1e-3,
+                                  us / floor, peer_us, None, rel))
+        del weights, wb
+    cupy.get_default_memory_pool().free_all_blocks()
+    return records

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gdn_kernels import _ptr
+from gdn_kernels import _build, _nvtx, _ptr
+from gdn_kernels.config import ActQuant, ActQuantConfig, ProjFamily
+from gdn_kernels.w8a8 import ACT_DTYPES, Support, check_proj_args, stream_handle
 
 NVFP4_BLOCK = 16
 # K must be a multiple of this: the GEMM streams 128-value (64-byte) chunks of a weight row.
@@ -155,4 +157,162 @@ def _scalar(v) -> float:
     raise TypeError(f"expected a float or a one-element array, got {type(v).__name__}")
 
 
-# The context, the fixed-format dispatch and the kernels follow below (work in progress).
+DEFAULT_MAX_ROWS = 512
+DEFAULT_MAX_K = 17408
+_GEMM_ARGS = "PPfPPPPqiii"  # w, sw, scale2, xd, sx, gs, out, ldc, N, K, rows
+_QUANT_ARGS = "PPPPPPfiq"  # x, packed, s, gs, xd, sxf, static_gs, K, ldx
+
+
+def supports(w: Nvfp4Weight, rows: int, dtype: str = "bfloat16", *, max_k: int = DEFAULT_MAX_K) -> Support:
+    """Pure family check of the NVFP4 projection: every rows >= 1, K <= max_k, a served dtype."""
+    if rows < 1:
+        return Support(False, f"rows = {rows} < 1")
+    if w.k > max_k:
+        return Support(False, f"K = {w.k} > max_k = {max_k} of this context")
+    if dtype not in ACT_DTYPES:
+        return Support(False, f"no instance for activations of dtype {dtype}")
+    return Support(True)
+
+
+class Nvfp4Ctx:
+    """One device's NVFP4 kernels and the activation workspace they share.
+
+    Parameters
+    ----------
+    device : int, optional
+        CUDA device ordinal (default: CuPy's current device).
+    max_rows : int
+        Rows quantized at once; larger calls run in slices of max_rows rows, each row through
+        the same arithmetic, so every row count is served by the same kernels.
+    max_k : int
+        Largest K served.
+
+    Notes
+    -----
+    Calls on one context must be ordered (one stream, or streams ordered by events): give each
+    concurrently running stream its own context. Calls launch on the current device.
+    """
+
+    def __init__(self, device: int | None = None, max_rows: int = DEFAULT_MAX_ROWS, max_k: int = DEFAULT_MAX_K):
+        import cupy
+
+        if max_rows < 1 or max_k < NVFP4_K_MULTIPLE or max_k % NVFP4_K_MULTIPLE:
+            raise ValueError(f"max_rows >= 1 and max_k a positive multiple of 128, got {max_rows}, {max_k}")
+        self.device_id = cupy.cuda.Device().id if device is None else int(device)
+        self.max_rows, self.max_k = int(max_rows), int(max_k)
+        self.modules = _build.device_modules(self.device_id)
+        r, k = self.max_rows, self.max_k
+        with cupy.cuda.Device(self.device_id):
+            self._packed = cupy.empty(r * k // 2, cupy.uint8)
+            self._s = cupy.empty(r * k // NVFP4_BLOCK, cupy.uint8)
+            self._gs = cupy.empty(r, cupy.float32)
+            self._xd = cupy.empty(r * k, cupy.int8)
+            self._sxf = cupy.empty(r * k // NVFP4_BLOCK, cupy.float32)
+        self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
+        self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
+                      for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
+        self._quant = {d: self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d), _QUANT_ARGS)
+                       for d in ACT_DTYPES}
+
+    def supports(self, w: Nvfp4Weight, rows: int, dtype: str = "bfloat16") -> Support:
+        """Pure: whether ``proj`` runs this case."""
+        return supports(w, rows, dtype, max_k=self.max_k)
+
+    def proj(self, w: Nvfp4Weight, x, ldx: int, rows: int, out, ldc: int, stream=0, *,
+             dtype: str | None = None, static_scale: bool = False) -> bool:
+        """out[0:rows, 0:N] = NVFP4(x) . NVFP4(w)^T, rounded once to x's dtype.
+
+        Same arguments, errors and guarantees as :meth:`gdn_kernels.W8a8Ctx.proj`. Activations
+        are quantized per row (dynamic gs = amax(row) / 2688), or with the weight's static
+        ``input_scale`` when ``static_scale`` is True. Every rows >= 1 runs.
+        """
+        x_ptr, x_dtype = _ptr.pointer_of(x)
+        out_ptr, out_dtype = _ptr.pointer_of(out)
+        dtype = dtype or x_dtype or out_dtype or "bfloat16"
+        for got, what in ((x_dtype, "x"), (out_dtype, "out")):
+            if got is not None and got != dtype:
+                raise TypeError(f"{what} is {got}, expected {dtype}")
+        check_nvfp4_args(w, x_ptr, ldx, rows, out_ptr, ldc, dtype)
+        if static_scale and w.input_scale is None:
+            raise ValueError("static_scale needs a weight with an input_scale")
+        if not self.supports(w, rows, dtype):
+            return False
+        self.launch(w, x_ptr, ldx, rows, out_ptr, ldc, stream_handle(stream), dtype,
+                    w.input_scale if static_scale else 0.0)
+        return True
+
+    def launch(self, w: Nvfp4Weight, x: int, ldx: int, rows: int, out: int, ldc: int, stream: int, dtype: str,
+               static_gs: float = 0.0) -> None:
+        """Launch without checks (the caller ran check_nvfp4_args and supports)."""
+        if _nvtx.ENABLED:
+            _nvtx.push(f"gdn_kernels.nvfp4.proj[{w.n}x{w.k}]x{rows}")
+        item = 2
+        for r0 in range(0, rows, self.max_rows):
+            r = min(self.max_rows, rows - r0)
+            self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
+            tiles = _build.gemm_tiles(r)
+            grid = (-(-r // (8 * tiles)), -(-w.n // 16), 1)
+            self._gemm[(tiles, dtype)].launch(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2,
+                                              self._ws[3], self._ws[4], self._ws[2], out + r0 * ldc * item, ldc,
+                                              w.n, w.k, r)
+        if _nvtx.ENABLED:
+            _nvtx.pop()
+
+    def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float) -> None:
+        packed, s, gs, xd, sxf = self._ws
+        self._quant[dtype].launch((rows, 1, 1), _build.FP4_QUANT_THREADS, stream,
+                                  x, packed, s, gs, xd, sxf, static_gs, k, ldx)
+
+    def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",
+                             static_gs: float = 0.0):
+        """Run only the activation quantizer (tests, profiling): CuPy views of the workspace,
+        packed [rows, K/2] uint8, s [rows, K/16] e4m3 bytes, gs [rows] fp32."""
+        if not 1 <= rows <= self.max_rows or k > self.max_k or k % NVFP4_K_MULTIPLE:
+            raise ValueError(f"rows {rows} / K {k} outside this context")
+        self._quant_launch(x, ldx, rows, k, stream_handle(stream), dtype, static_gs)
+        return (self._packed[: rows * k // 2].reshape(rows, k // 2),
+                self._s[: rows * k // NVFP4_BLOCK].reshape(rows, k // NVFP4_BLOCK), self._gs[:rows])
+
+
+def check_nvfp4_args(w: Nvfp4Weight, x: int, ldx: int, rows: int, out: int, ldc: int, dtype: str) -> None:
+    """Raise on bad arguments (never on a call outside the family)."""
+    if not isinstance(w, Nvfp4Weight):
+        raise TypeError(f"w must be an Nvfp4Weight, got {type(w).__name__}")
+    if dtype not in ACT_DTYPES:
+        raise TypeError(f"activations must be bfloat16 or float16, got {dtype}")
+    if not isinstance(rows, int) or rows < 0:
+        raise ValueError(f"rows must be an int >= 0, got {rows!r}")
+    if ldx < w.k:
+        raise ValueError(f"ldx = {ldx} < K = {w.k}")
+    if ldc < w.n:
+        raise ValueError(f"ldc = {ldc} < N = {w.n}")
+    if ldx % 8:
+        raise ValueError(f"ldx = {ldx} must be a multiple of 8 elements (16-byte aligned rows)")
+    _ptr.check_pointer(x, "x", 16)
+    _ptr.check_pointer(out, "out", 16)
+
+
+@dataclass(frozen=True, eq=False)
+class GpuCtx:
+    """What fixed-format dispatch needs: the activation-quantization configuration and the GPU
+    contexts of the formats it may run (``fctx`` of the layer's pinned calls)."""
+
+    config: ActQuantConfig
+    w8a8: object = None  # W8a8Ctx
+    nvfp4: Nvfp4Ctx | None = None
+
+
+def fixed_nvfp4_proj(gpu: GpuCtx, family, nvfp4: Nvfp4Weight, x, out, rows: int, ldc: int, ldx: int, stream=0,
+                     *, dtype: str | None = None) -> bool:
+    """The NVFP4 projection when ``gpu.config`` pins nvfp4 for ``family``; else False.
+
+    Argument order is the serving engine's: ``ldc`` before ``ldx``. Returns True when launched;
+    False (nothing launched, ``out`` untouched) when the family is not pinned to nvfp4 or the
+    case is outside the NVFP4 family. Raises on bad arguments, and when nvfp4 is pinned but
+    ``gpu`` holds no Nvfp4Ctx.
+    """
+    if not gpu.config.pins(ProjFamily(family), ActQuant.NVFP4):
+        return False
+    if gpu.nvfp4 is None:
+        raise ValueError(f"{ProjFamily(family).value}=nvfp4 is configured but the GpuCtx has no Nvfp4Ctx")
+    return gpu.nvfp4.proj(nvfp4, x, ldx, rows, out, ldc, stream, dtype=dtype)

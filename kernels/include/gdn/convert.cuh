@@ -6,6 +6,7 @@
 // whose PTX carries no .ftz.
 #pragma once
 #include "gdn/types.cuh"
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 namespace gdn {
@@ -45,6 +46,47 @@ __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v
 // fp32 -> e4m3 (fn), round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint8_t e4m3_rn(float v) {
   return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+}  // namespace gdn
+
+namespace gdn {
+
+// PTX prmt (default mode): byte i of the result is byte sel[4i+2:4i] of {b, a}, or, when
+// sel bit 4i+3 is set, that byte's sign bit replicated.
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// Four e2m1 codes (bits 4i..4i+3 of u, u < 2^16) -> four int8 holding twice their value
+// (0, +-1, +-2, +-3, +-4, +-6, +-8, +-12), code i in byte i. Twice the value is an integer, so
+// the int8 tensor cores can multiply e2m1 operands exactly.
+__device__ __forceinline__ uint32_t e2m1x4_to_s8x4(uint32_t u) {
+  const uint32_t sel = u & 0x7777u;
+  const uint32_t pos = prmt(0x03020100u, 0x0C080604u, sel);
+  const uint32_t neg = prmt(0xFDFEFF00u, 0xF4F8FAFCu, sel);
+  // Code i's sign bit lands on bit 7 of byte (2, 0, 3, 1)[i] of w; prmt's sign-replicate mode
+  // turns those bits into byte masks in order.
+  const uint32_t w = u | (u << 20);
+  const uint32_t mask = prmt(w, 0u, 0x9B8Au);
+  return (neg & mask) | (pos & ~mask);
+}
+
+// fp32 -> e2m1 code, round to nearest even, saturating at +-6; the sign bit is v's (so -0.0
+// and tiny negatives give code 8). Magnitude codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ __forceinline__ uint32_t e2m1_rn(float v) {
+  const float a = __uint_as_float(__float_as_uint(v) & 0x7fffffffu);
+  const uint32_t m = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                     (a >= 3.5f) + (a > 5.f);
+  return m | ((__float_as_uint(v) >> 28) & 8u);
+}
+
+// Two e4m3 bytes (low 16 bits of v) -> fp32, exact.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t v) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
 }  // namespace gdn

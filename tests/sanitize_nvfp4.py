@@ -1,0 +1,36 @@
+"""Small NVFP4 workload for compute-sanitizer (memcheck, racecheck), CuPy's pool off: ragged N,
+strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    import cupy
+
+    cupy.cuda.set_allocator(None)
+    from gdn_kernels import Nvfp4Ctx
+    from gdn_kernels.bench import random_nvfp4_weight
+
+    ctx = Nvfp4Ctx(max_rows=32, max_k=1024)
+    rng = np.random.default_rng(0)
+    for n, k in ((16, 128), (200, 384), (129, 1024)):
+        w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))
+        for rows in (1, 7, 9, 17, 70):
+            ldx, ldc = k + 8, n + 3
+            x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
+            out = cupy.empty((rows, ldc), cupy.float16)
+            assert ctx.proj(w, x, ldx, rows, out, ldc)
+    cupy.cuda.runtime.deviceSynchronize()
+    print("sanitize workload done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""NVFP4 W4A4 on the GPU: the activation quantizer bit-equal to the reference, the mx GEMM within
+its bound of the float64 reference from decoded operands, bitwise row invariance at every row
+count, determinism, strides and untouched memory, the weight quantizer and checkpoint loaders."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from gdn_kernels import reference as ref
+from tests.gpu_util import NP_DTYPE, POISON, poisoned, random_activations, region, to_device_2d, untouched_mask
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from gdn_kernels import Nvfp4Ctx
+
+    return Nvfp4Ctx(max_rows=512, max_k=17408)
+
+
+class HostFp4Weight:
+    """A random NVFP4 weight (all 16 codes, positive e4m3 block scales) on host and device."""
+
+    def __init__(self, rng, n: int, k: int, scale2: float = 1e-3, input_scale: float | None = None):
+        import cupy
+
+        from gdn_kernels import Nvfp4Weight
+
+        self.n, self.k = n, k
+        self.packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+        # e4m3 bytes 0x08..0x6f: normal, positive, 2^-6 .. 240.
+        self.s = rng.integers(0x08, 0x70, (n, k // 16), dtype=np.uint8)
+        self.scale2 = np.float32(scale2)
+        self.dp, self.ds = cupy.asarray(self.packed), cupy.asarray(self.s)
+        self.w = Nvfp4Weight.from_pointers(self.dp.data.ptr, self.ds.data.ptr, n, k, float(self.scale2),
+                                           input_scale=input_scale, owner=(self.dp, self.ds))
+
+    def decoded(self) -> np.ndarray:
+        return ref.nvfp4_decode(self.packed, self.s.view(ml_dtypes.float8_e4m3fn), self.scale2)
+
+
+def run(ctx, hw, x, dtype, *, ldx_pad=0, ldc_pad=0, offset=8, static=False):
+    import cupy
+
+    rows, k = x.shape
+    ldx, ldc = k + ldx_pad, hw.n + ldc_pad
+    x_buf, x_ptr = to_device_2d(x, ldx, offset=offset)
+    size = rows * ldc + 2 * offset
+    out = poisoned(size)
+    ok = ctx.proj(hw.w, x_ptr, ldx, rows, out.data.ptr + 2 * offset, ldc, 0, dtype=dtype, static_scale=static)
+    cupy.cuda.runtime.deviceSynchronize()
+    host = out.get()
+    assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), "wrote outside the output"
+    return ok, region(host, offset, rows, hw.n, ldc).copy().view(NP_DTYPE[dtype])
+
+
+def check(hw, x, y, dtype, static_gs=None):
+    """Output within the bound of the float64 product of the decoded quantized operands.
+
+    Block sums and scale products are exact; the fp32 accumulation over the K/16 blocks errs by
+    at most K/16 * 2^-24 of the absolute sum, the two final multiplications by 2^-23, the output
+    rounding by half an ulp."""
+    if static_gs is None:
+        xp, xs, xgs = ref.quantize_nvfp4_rows(x)
+    else:
+        xp, xs = ref.quantize_nvfp4_rows_static(x, static_gs)
+        xgs = np.full(x.shape[0], np.float32(static_gs))
+    y64 = ref.nvfp4_proj_f64(xp, xs, xgs, hw.packed, hw.s.view(ml_dtypes.float8_e4m3fn), hw.scale2)
+    xd = ref.nvfp4_decode(xp, xs, xgs[:, None])
+    absdot = np.abs(xd) @ np.abs(hw.decoded()).T
+    half_ulp = 2.0 ** -9 if dtype == "bfloat16" else 2.0 ** -12
+    bound = absdot * (hw.k / 16 + 3) * 2.0 ** -24 * (1 + half_ulp) + half_ulp * np.abs(y64) + 1e-35
+    err = np.abs(y.astype(np.float64) - y64)
+    assert not np.isnan(y.astype(np.float32)).any()
+    assert (err <= bound).all(), f"max err/bound {np.max(err / bound):.3g}"
+    rel = np.linalg.norm(err) / max(np.linalg.norm(y64), 1e-30)
+    assert rel <= 2 * half_ulp
+
+
+@given(
+    n=st.integers(1, 300),
+    kb=st.integers(1, 20),
+    rows=st.integers(1, 40),
+    dtype=st.sampled_from(["bfloat16", "float16"]),
+    ldx_pad=st.sampled_from([0, 8, 264]),
+    ldc_pad=st.sampled_from([0, 3]),
+    outliers=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+@example(n=16, kb=1, rows=1, dtype="bfloat16", ldx_pad=0, ldc_pad=0, outliers=False, seed=0)
+def test_proj_matches_reference(ctx, n, kb, rows, dtype, ldx_pad, ldc_pad, outliers, seed):
+    rng = np.random.default_rng(seed)
+    k = 128 * kb
+    hw = HostFp4Weight(rng, n, k)
+    x = random_activations(rng, rows, k, dtype, outliers=outliers, zero_rows=(rows // 3,))
+    if k >= 256:
+        x[0, 16:32] = 0  # a zero block in a live row
+        x[0, 32:48] = (x[0, 32:48].astype(np.float32) * 1e-6).astype(NP_DTYPE[dtype])  # s rounds to 0
+    ok, y = run(ctx, hw, x, dtype, ldx_pad=ldx_pad, ldc_pad=ldc_pad)
+    assert ok
+    check(hw, x, y, dtype)
+
+
+@given(k=st.sampled_from([128, 1024, 5120, 17408]), rows=st.integers(1, 64),
+       dtype=st.sampled_from(["bfloat16", "float16"]), static=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_quantizer_bit_equal(ctx, k, rows, dtype, static, seed):
+    import cupy
+
+    rng = np.random.default_rng(seed)
+    x = random_activations(rng, rows, k, dtype, outliers=True, zero_rows=(rows // 2,))
+    x[0, :16] = 0
+    x[0, 16:32] = (x[0, 16:32].astype(np.float32) * 1e-5).astype(NP_DTYPE[dtype])
+    x_buf, x_ptr = to_device_2d(x, k)
+    gs_static = float(np.float32(0.002)) if static else 0.0
+    packed, s, gs = ctx.quantize_activations(x_ptr, k, rows, k, dtype=dtype, static_gs=gs_static)
+    cupy.cuda.runtime.deviceSynchronize()
+    if static:
+        rp, rs = ref.quantize_nvfp4_rows_static(x, np.float32(gs_static))
+        rgs = np.full(rows, np.float32(gs_static))
+    else:
+        rp, rs, rgs = ref.quantize_nvfp4_rows(x)
+    np.testing.assert_array_equal(packed.get(), rp)
+    np.testing.assert_array_equal(s.get(), np.asarray(rs).view(np.uint8))
+    np.testing.assert_array_equal(gs.get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
+
+
+def test_row_invariance_every_row_count(ctx):
+    """Row r of batches of random sizes 1..512 (and subsets) equals row r computed alone, bit for
+    bit; the same batch twice gives the same bits."""
+    rng = np.random.default_rng(17)
+    hw = HostFp4Weight(rng, 200, 2048)
+    x = random_activations(rng, 512, 2048, "bfloat16", outliers=True, zero_rows=(5,))
+    _, full = run(ctx, hw, x, "bfloat16")
+    _, again = run(ctx, hw, x, "bfloat16")
+    assert (full.view(np.uint16) == again.view(np.uint16)).all()
+    alone = {}
+    for r in rng.choice(512, 12, replace=False):
+        _, y = run(ctx, hw, x[r:r + 1], "bfloat16")
+        alone[int(r)] = y[0]
+        assert (y[0].view(np.uint16) == full[r].view(np.uint16)).all()
+    for rows in [int(v) for v in rng.integers(2, 513, 8)] + [8, 9, 16, 17, 33]:
+        pick = rng.choice(512, rows, replace=False)
+        _, sub = run(ctx, hw, x[pick], "bfloat16")
+        assert (sub.view(np.uint16) == full[pick].view(np.uint16)).all(), f"rows={rows}"
+    check(hw, x[:64], full[:64], "bfloat16")
+
+
+def test_rows_beyond_the_workspace_run_in_slices():
+    from gdn_kernels import Nvfp4Ctx
+
+    small = Nvfp4Ctx(max_rows=48, max_k=1024)
+    big = Nvfp4Ctx(max_rows=512, max_k=1024)
+    rng = np.random.default_rng(23)
+    hw = HostFp4Weight(rng, 96, 1024)
+    x = random_activations(rng, 150, 1024, "float16")
+    _, a = run(small, hw, x, "float16", ldc_pad=5)
+    _, b = run(big, hw, x, "float16")
+    assert (a.view(np.uint16) == b.view(np.uint16)).all()
+
+
+def test_static_input_scale(ctx):
+    rng = np.random.default_rng(29)
+    hw = HostFp4Weight(rng, 128, 1024, input_scale=0.004)
+    x = random_activations(rng, 9, 1024, "bfloat16", outliers=True)
+    ok, y = run(ctx, hw, x, "bfloat16", static=True)
+    assert ok
+    check(hw, x, y, "bfloat16", static_gs=np.float32(0.004))
+
+
+@pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)])
+def test_model_shapes(ctx, n, k):
+    rng = np.random.default_rng(n ^ k)
+    hw = HostFp4Weight(rng, n, k)
+    x = random_activations(rng, 3, k, "bfloat16", outliers=True)
+    ok, y = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=8)
+    assert ok
+    check(hw, x, y, "bfloat16")
+
+
+def test_declines_leave_output_untouched(ctx):
+    import cupy
+
+    rng = np.random.default_rng(31)
+    hw = HostFp4Weight(rng, 64, 256)
+    x_buf, x_ptr = to_device_2d(random_activations(rng, 4, 256, "bfloat16"), 256)
+    out = poisoned(4 * 64)
+    assert ctx.proj(hw.w, x_ptr, 256, 0, out.data.ptr, 64, 0, dtype="bfloat16") is False
+    cupy.cuda.runtime.deviceSynchronize()
+    assert (out.get() == POISON).all()
+
+
+def test_weight_quantizer_and_checkpoint_loaders(ctx):
+    import cupy
+
+    from gdn_kernels import Nvfp4Weight
+
+    rng = np.random.default_rng(37)
+    w = (rng.standard_normal((200, 512)) * 0.03).astype(ml_dtypes.bfloat16)
+    w[3, :16] = 0
+    dw = cupy.asarray(w.view(np.uint16))
+    from gdn_kernels._ptr import DevArray
+
+    qw = Nvfp4Weight.quantize(DevArray(dw.data.ptr, (200, 512), (512, 1), "bfloat16", dw))
+    rp, rs, r2 = ref.quantize_nvfp4_weight(w)
+    packed, scale = qw.owner
+    np.testing.assert_array_equal(packed.get(), rp)
+    np.testing.assert_array_equal(scale.get(), np.asarray(rs).view(np.uint8))
+    assert np.float32(qw.scale2) == np.float32(r2)
+    # ModelOpt and compressed-tensors tensors of the same weight load to the same thing.
+    mo = Nvfp4Weight.from_modelopt(packed, scale, cupy.asarray(np.float32(r2)), input_scale=0.01)
+    ct = Nvfp4Weight.from_compressed_tensors(packed, scale, cupy.asarray(np.float32(1 / r2)), np.float32(100.0))
+    assert (mo.n, mo.k, mo.packed, mo.scale) == (200, 512, packed.data.ptr, scale.data.ptr)
+    assert ct.scale2 == pytest.approx(mo.scale2, rel=1e-6) and ct.input_scale == pytest.approx(0.01)
+    x = random_activations(rng, 5, 512, "bfloat16")
+    x_buf, x_ptr = to_device_2d(x, 512)
+    out = cupy.zeros((5, 200), cupy.uint16)
+    assert ctx.proj(mo, x_ptr, 512, 5, out.data.ptr, 200, 0, dtype="bfloat16")
+    hw = HostFp4Weight.__new__(HostFp4Weight)
+    hw.n, hw.k, hw.packed, hw.s, hw.scale2 = 200, 512, rp, np.asarray(rs).view(np.uint8), np.float32(r2)
+    check(hw, x, out.get().view(ml_dtypes.bfloat16), "bfloat16")
+
+
+def test_fixed_nvfp4_proj_runs_only_when_pinned(ctx):
+    import cupy
+
+    from gdn_kernels import ActQuantConfig, GpuCtx, fixed_nvfp4_proj
+
+    rng = np.random.default_rng(41)
+    hw = HostFp4Weight(rng, 128, 512)
+    x = random_activations(rng, 6, 512, "bfloat16")
+    x_buf, x_ptr = to_device_2d(x, 512)
+    out = poisoned(6 * 130)
+    gpu = GpuCtx(ActQuantConfig.parse("ffn=nvfp4"), nvfp4=ctx)
+    assert fixed_nvfp4_proj(gpu, "gdn", hw.w, x_ptr, out.data.ptr, 6, 130, 512, 0, dtype="bfloat16") is False
+    cupy.cuda.runtime.deviceSynchronize()
+    assert (out.get() == POISON).all()
+    gpu = GpuCtx(ActQuantConfig.parse("gdn=nvfp4"), nvfp4=ctx)
+    assert fixed_nvfp4_proj(gpu, "gdn", hw.w, x_ptr, out.data.ptr, 6, 130, 512, 0, dtype="bfloat16") is True
+    cupy.cuda.runtime.deviceSynchronize()
+    host = out.get()
+    y = region(host, 0, 6, 128, 130).copy().view(ml_dtypes.bfloat16)
+    check(hw, x, y, "bfloat16")
+    assert (host[untouched_mask(host.size, 0, 6, 128, 130)] == POISON).all()
