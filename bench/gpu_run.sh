@@ -21,7 +21,7 @@ run() {
 }
 for step in $steps; do
   case $step in
-    tests) run tests timeout 300 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider --junitxml=$OUT/tests.xml tests/ ${GDN_TEST_ARGS:-} ;;
+    tests) run tests timeout 300 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider --junitxml=$OUT/tests.xml ${GDN_TESTS:-tests/} ;;
     sanitize)
       for fam in w8a8 nvfp4; do
         run memcheck_$fam timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/sanitize_$fam.py
