@@ -2,8 +2,8 @@
 # One device session: GPU tests, compute-sanitizer, the main job and the benchmarks; logs under $OUT.
 #   OUT=/tmp/out bash bench/gpu_run.sh [tests|sanitize|main|bench|bench_nvfp4 ...]   (default: all)
 # Files (few: the device tool brings back at most eight): summary.txt (device, commit, each step's
-# exit code and time), tests.log, sanitize.log, main.log, bench.log, results.tgz (benchmark JSON
-# and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks.
+# exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
+# (benchmark JSON and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks.
 set -u
 OUT=${OUT:-/tmp/gdn_out}
 mkdir -p "$OUT/results"
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/gdn_cupy_cache}
 export GDN_KERNELS_REQUIRE_GPU=1
-steps=${*:-tests sanitize main bench bench_nvfp4}
+steps=${*:-tests sanitize main bench bench_nvfp4 host profile}
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "commit ${GDN_KERNELS_COMMIT:-unknown}"
   python3 -c 'import cupy; print("cupy", cupy.__version__)'; } >"$OUT/summary.txt" 2>&1
@@ -35,6 +35,13 @@ for step in $steps; do
     main) run main main timeout 120 python3 -m gdn_kernels ;;
     bench) run bench bench_w8a8 python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_h200 ${BENCH_ARGS:-} ;;
     bench_nvfp4) run bench bench_nvfp4 python3 bench/bench_nvfp4.py --out "$OUT/results" --name nvfp4_h200 ${BENCH_ARGS:-} ;;
+    host) run bench host_overhead python3 bench/host_overhead.py ;;
+    profile)
+      # ncu filtered by the library's NVTX range must show its two kernels (quantizer, GEMM).
+      GDN_KERNELS_NVTX=1 run profile ncu_int8 timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\.int8\.proj.*/" \
+        --clock-control none --metrics gpu__time_duration.sum python3 bench/profile_one.py
+      GDN_KERNELS_NVTX=1 run profile ncu_nvfp4 timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\.nvfp4\.proj.*/" \
+        --clock-control none --metrics gpu__time_duration.sum python3 bench/profile_one.py ;;
     *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
   esac
 done

@@ -252,7 +252,7 @@ class Nvfp4Ctx:
             self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
             tiles = _build.gemm_tiles(r)
             grid = (-(-r // (8 * tiles)), -(-w.n // 16), 1)
-            self._gemm[(tiles, dtype)].launch(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2,
+            self._gemm[(tiles, dtype)].launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2,
                                               self._ws[3], self._ws[4], self._ws[2], out + r0 * ldc * item, ldc,
                                               w.n, w.k, r)
         if _nvtx.ENABLED:

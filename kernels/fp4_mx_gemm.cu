@@ -99,6 +99,15 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     p_sx[j][1] = sx + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
   }
 
+  // Programmatic dependent launch (see w8a8_gemm.cu): ask L2 for the CTA's weight rows, one
+  // 128-byte line (two chunks) a row at a time, spread over the warps and the quad, then wait for
+  // the activation quantizer.
+  for (int l = warp + t * kWarps; l < (chunks + 1) / 2; l += 4 * kWarps) {
+    gdn::prefetch_l2(p_w0 - t * 16 + (long long)l * 128);
+    gdn::prefetch_l2(p_w1 - t * 16 + (long long)l * 128);
+  }
+  gdn::pdl_wait();
+
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)

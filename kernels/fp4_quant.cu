@@ -9,6 +9,7 @@
 // [rows, K/16]; gs fp32 [rows]) and, when xd is given, the GEMM's operand form: int8 twice the
 // e2m1 value in the mma layout (see fp4_mx_gemm.cu) and the block scales as fp32.
 #include "gdn/convert.cuh"
+#include "gdn/ptx.cuh"
 #include "gdn/vec.cuh"
 
 namespace {
@@ -56,6 +57,9 @@ __global__ void __launch_bounds__(kThreads)
 fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t* __restrict__ s,
                  float* __restrict__ gs, int8_t* __restrict__ xd, float* __restrict__ sxf,
                  float static_gs, int K, long long ldx) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
   const T* p_x = x + row * ldx;

@@ -79,6 +79,15 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
 
+  // Launched after the activation quantizer with programmatic dependent launch, the kernel may
+  // start while the quantizer runs: it asks L2 for the CTA's weight rows (one 128-byte line a
+  // row and chunk, spread over the warps and the quad) before waiting for the activations.
+  for (int c = warp + t * kWarps; c < chunks; c += 4 * kWarps) {
+    gdn::prefetch_l2(p_w0 - t * 16 + (long long)c * 128);
+    gdn::prefetch_l2(p_w1 - t * 16 + (long long)c * 128);
+  }
+  gdn::pdl_wait();
+
   Acc acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)

@@ -246,3 +246,23 @@ def test_fixed_nvfp4_proj_runs_only_when_pinned(ctx):
     y = region(host, 0, 6, 128, 130).copy().view(ml_dtypes.bfloat16)
     check(hw, x, y, "bfloat16")
     assert (host[untouched_mask(host.size, 0, 6, 128, 130)] == POISON).all()
+
+
+def test_back_to_back_calls_on_a_stream(ctx):
+    """As for W8A8: programmatically dependent GEMMs on a stream, twenty calls in a row, the bits
+    of the same calls made one at a time."""
+    import cupy
+
+    rng = np.random.default_rng(47)
+    hw = HostFp4Weight(rng, 2048, 4096)
+    xs = [random_activations(rng, int(r), 4096, "bfloat16") for r in rng.integers(1, 40, 20)]
+    stream = cupy.cuda.Stream(non_blocking=True)
+    bufs = [to_device_2d(x, 4096) for x in xs]
+    outs = [cupy.full((x.shape[0], 2048), 0xFFFF, cupy.uint16) for x in xs]
+    cupy.cuda.runtime.deviceSynchronize()
+    for (x_buf, x_ptr), x, out in zip(bufs, xs, outs):
+        assert ctx.proj(hw.w, x_ptr, 4096, x.shape[0], out.data.ptr, 2048, stream.ptr, dtype="bfloat16")
+    stream.synchronize()
+    for x, out in zip(xs, outs):
+        _, alone = run(ctx, hw, x, "bfloat16")
+        assert (out.get() == alone.view(np.uint16)).all()

@@ -57,3 +57,22 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
 }
 
 }  // namespace gdn
+
+namespace gdn {
+
+// Programmatic dependent launch (sm_90). A kernel launched with the programmatic-serialization
+// attribute may start while the preceding kernel of its stream still runs; pdl_wait() blocks
+// until that kernel has completed and its writes are visible (a no-op without the attribute).
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+// Lets the next kernel of the stream, if launched with the attribute, start launching now.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// Ask L2 for the 128-byte line holding p (no register result, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+}  // namespace gdn

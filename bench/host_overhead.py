@@ -1,0 +1,65 @@
+"""Host-side cost of one eager projection call (Python dispatch and launch), and its parts.
+
+    PYTHONPATH=. python bench/host_overhead.py
+
+Times, per call and with a small weight so that the GPU keeps up with the host: the whole
+``proj`` (raw-pointer arguments), the argument checks and ``supports`` alone, and the launches
+alone (``launch``: packing arguments and two driver launches). Prints a table.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def per_call_us(fn, n: int = 3000, sync=None) -> float:
+    for _ in range(200):
+        fn()
+    if sync:
+        sync()
+    t0 = time.perf_counter()
+    for i in range(n):
+        fn()
+        if sync and i % 500 == 499:
+            sync()
+    dt = time.perf_counter() - t0
+    if sync:
+        sync()
+    return dt / n * 1e6
+
+
+def main() -> int:
+    import cupy
+
+    from gdn_kernels import Nvfp4Ctx, W8a8Ctx
+    from gdn_kernels.bench import random_nvfp4_weight, random_w8a8_weight
+    from gdn_kernels.nvfp4 import check_nvfp4_args
+    from gdn_kernels.w8a8 import check_proj_args
+
+    n, k, rows = 256, 512, 1
+    stream = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
+    out = cupy.empty((rows, n), cupy.float16)
+    xp, op, sp = x.data.ptr, out.data.ptr, stream.ptr
+    wctx, fctx = W8a8Ctx(max_rows=16, max_k=1024), Nvfp4Ctx(max_rows=16, max_k=1024)
+    print(f"{'path':12s} {'proj us':>8s} {'checks us':>9s} {'launch us':>9s}")
+    for fmt in ("int8", "fp8_block", "nvfp4"):
+        if fmt == "nvfp4":
+            w, ctx, check = random_nvfp4_weight(n, k, 1), fctx, check_nvfp4_args
+        else:
+            w, ctx, check = random_w8a8_weight(fmt, n, k, 1), wctx, check_proj_args
+        full = per_call_us(lambda: ctx.proj(w, xp, k, rows, op, n, sp, dtype="float16"), sync=stream.synchronize)
+        checks = per_call_us(lambda: (check(w, xp, k, rows, op, n, "float16"), ctx.supports(w, rows, "float16")))
+        launch = per_call_us(lambda: ctx.launch(w, xp, k, rows, op, n, sp, "float16"), sync=stream.synchronize)
+        print(f"{fmt:12s} {full:8.2f} {checks:9.2f} {launch:9.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""A few projections inside the library's NVTX ranges, for Nsight Compute / Systems.
+
+    GDN_KERNELS_NVTX=1 ncu --nvtx --nvtx-include "regex:gdn_kernels\\.int8\\.proj.*/" \
+        --clock-control none python bench/profile_one.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    import cupy
+    import numpy as np
+
+    from gdn_kernels import Nvfp4Ctx, W8a8Ctx
+    from gdn_kernels.bench import random_nvfp4_weight, random_w8a8_weight
+
+    n, k, rows = 2048, 4096, 4
+    x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
+    out = cupy.empty((rows, n), cupy.float16)
+    wctx, fctx = W8a8Ctx(max_rows=16, max_k=k), Nvfp4Ctx(max_rows=16, max_k=k)
+    for fmt in ("int8", "fp8_block"):
+        assert wctx.proj(random_w8a8_weight(fmt, n, k, 3), x, k, rows, out, n)
+    assert fctx.proj(random_nvfp4_weight(n, k, 3), x, k, rows, out, n)
+    cupy.cuda.runtime.deviceSynchronize()
+    print("profiled projections done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
