@@ -119,10 +119,13 @@ def _gemm_instances() -> tuple[str, ...]:
     return tuple(names)
 
 
+# Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
+# stacked [gate | up] projection (the input of its down projection).
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
+
+
 def _quant_instances() -> tuple[str, ...]:
-    return tuple(
-        quant_instance(kind, dtype) for kind in ("int8", "fp8_group", "fp8_row") for dtype in OUT_TYPES
-    )
+    return tuple(quant_instance(kind, dtype) for kind in QUANT_KINDS for dtype in OUT_TYPES)
 
 
 FP4_WARPS = 8

@@ -610,3 +610,121 @@ def nvfp4_proj_f64(xp, xs, xgs, wp, ws, wscale2):
     out : ndarray, [rows, N] float64
     """
     return dequant_matmul_f64(nvfp4_decode(xp, xs, xgs), nvfp4_decode(wp, ws, wscale2))
+
+
+# ---------------------------------------------------------------------------
+# Dense FFN: down(silu(gate) * up)
+# ---------------------------------------------------------------------------
+
+__all__ += ["silu_mul_f64", "ffn_f64", "w8a8_decode", "w8a8_ffn_f64"]
+
+
+def silu_mul_f64(gate, up):
+    """float64 ``silu(gate) * up = gate / (1 + exp(-gate)) * up``.
+
+    Parameters
+    ----------
+    gate, up : ndarray, same shape, any real dtype (bf16, fp16, fp32, fp64)
+
+    Returns
+    -------
+    ndarray, same shape, float64
+        A very negative gate (exp overflowing to inf) gives a signed zero, never NaN.
+    """
+    g = np.asarray(gate).astype(np.float64)
+    u = np.asarray(up).astype(np.float64)
+    with np.errstate(over="ignore"):
+        return g / (1.0 + np.exp(-g)) * u
+
+
+def ffn_f64(x, w_gate_up, w_down):
+    """float64 dense FFN on decoded (dequantized) weights, no activation quantization.
+
+    Parameters
+    ----------
+    x : ndarray, [rows, hidden] any real dtype
+    w_gate_up : ndarray, [2 * inter, hidden] any real dtype
+        The gate projection's rows, then the up projection's.
+    w_down : ndarray, [hidden, inter] any real dtype
+
+    Returns
+    -------
+    ndarray, [rows, hidden] float64
+        ``silu(x . gate^T) * (x . up^T) . down^T``.
+    """
+    gu = dequant_matmul_f64(x, w_gate_up)
+    inter = gu.shape[1] // 2
+    return dequant_matmul_f64(silu_mul_f64(gu[:, :inter], gu[:, inter:]), w_down)
+
+
+def w8a8_decode(fmt, q, s):
+    """Decode a W8A8 weight to float64.
+
+    Parameters
+    ----------
+    fmt : str
+        ``"int8"``, ``"fp8_channel"`` or ``"fp8_block"``.
+    q : ndarray, [N, K] int8 or float8_e4m3fn
+    s : ndarray, float32: [N], or [ceil(N / 128), ceil(K / 128)] for ``"fp8_block"``
+
+    Returns
+    -------
+    ndarray, [N, K] float64
+        ``q * s`` of each element's channel or 128x128 block.
+    """
+    q64 = np.asarray(q).astype(np.float64)
+    s64 = np.asarray(s).astype(np.float64)
+    if fmt == "fp8_block":
+        n, k = q64.shape
+        return q64 * np.repeat(np.repeat(s64, FP8_BLOCK, axis=0), FP8_BLOCK, axis=1)[:n, :k]
+    return q64 * s64.reshape(-1, 1)
+
+
+def _w8a8_act_f64(fmt, x):
+    """Activations as the W8A8 projection of a ``fmt`` weight quantizes them, decoded to float64."""
+    if fmt == "int8":
+        q, s = quantize_int8_rows(x)
+        return q.astype(np.float64) * s.astype(np.float64)[:, None]
+    if fmt == "fp8_channel":
+        q, s = quantize_fp8_rows(x)
+        return q.astype(np.float64) * s.astype(np.float64)[:, None]
+    q, s = quantize_fp8_groups(x)
+    return q.astype(np.float64) * np.repeat(s.astype(np.float64), FP8_BLOCK, axis=1)
+
+
+def w8a8_ffn_f64(x, gate_up, down, act_dtype):
+    """float64 oracle of the W8A8 dense FFN, with the library's quantization points.
+
+    1. x is quantized as the gate/up projection quantizes it (per token, or per (token, 128) for
+       ``"fp8_block"``; :func:`quantize_int8_rows`, :func:`quantize_fp8_rows`,
+       :func:`quantize_fp8_groups`) and multiplied by the decoded gate/up weight in float64;
+    2. gate and up are rounded to ``act_dtype`` (the projection's output);
+    3. h = :func:`silu_mul_f64` (gate, up), rounded to float32, is quantized as the down
+       projection quantizes its input;
+    4. the down product is taken in float64 and not rounded.
+
+    The GPU computes h in fp32 with expf and sums in fp32 (fp8) or int32 (int8), so it is not
+    bit-equal to this: its error is bounded, not zero.
+
+    Parameters
+    ----------
+    x : ndarray, [rows, hidden] bfloat16, float16 or float32
+    gate_up : tuple (fmt, q, s)
+        The stacked [gate | up] weight [2 * inter, hidden] (gate rows first), see
+        :func:`w8a8_decode`.
+    down : tuple (fmt, q, s)
+        The down weight [hidden, inter].
+    act_dtype : dtype
+        ``ml_dtypes.bfloat16`` or ``np.float16``.
+
+    Returns
+    -------
+    ndarray, [rows, hidden] float64
+    """
+    fmt_gu, q_gu, s_gu = gate_up
+    fmt_d, q_d, s_d = down
+    gu = dequant_matmul_f64(_w8a8_act_f64(fmt_gu, x), w8a8_decode(fmt_gu, q_gu, s_gu))
+    gu = gu.astype(act_dtype).astype(np.float64)
+    inter = gu.shape[1] // 2
+    h = silu_mul_f64(gu[:, :inter], gu[:, inter:]).astype(np.float32)
+    return dequant_matmul_f64(_w8a8_act_f64(fmt_d, h), w8a8_decode(fmt_d, q_d, s_d))

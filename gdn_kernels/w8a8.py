@@ -192,15 +192,35 @@ class W8a8Ctx:
         """Launch without checks: the caller has run check_proj_args and supports."""
         if _nvtx.ENABLED:
             _nvtx.push(f"gdn_kernels.{w.format.value}.proj[{w.n}x{w.k}]x{rows}")
-        fmt = w.format
-        self._quant_launch(fmt, x, ldx, rows, w.k, stream, dtype)
+        self._quant_launch(w.format, x, ldx, rows, w.k, stream, dtype)
+        self.gemm_on_workspace(w, rows, out, ldc, stream, dtype)
+        if _nvtx.ENABLED:
+            _nvtx.pop()
+
+    @property
+    def workspace(self) -> tuple[int, int]:
+        """Device pointers (q, s) of the quantized-activation workspace, for a producer kernel
+        that quantizes an activation itself (the dense FFN's fused SiLU-and-multiply) before
+        :meth:`gemm_on_workspace`.
+
+        q holds [rows, K] int8 or e4m3 bytes at row stride K (max_rows * max_k bytes); s holds fp32
+        scales, [rows] (int8, fp8 per channel) or [rows, K / 128] (fp8 block).
+        """
+        return self._xq_ptr, self._xs_ptr
+
+    def gemm_on_workspace(self, w: W8a8Weight, rows: int, out: int, ldc: int, stream: int, dtype: str) -> None:
+        """Launch only the GEMM of ``w`` on activations already quantized in the workspace, in
+        ``w``'s format, by an earlier launch on the same stream.
+
+        No checks: the caller has checked the arguments (as :func:`check_proj_args`) and that
+        :meth:`supports` is true. ``out`` is a raw pointer to [rows, N] of ``dtype`` at row
+        stride ``ldc``; ``stream`` a raw handle.
+        """
         tiles = _build.gemm_tiles(rows)
-        gemm = self._gemm[(fmt, tiles, dtype, w.scale_dtype)]
+        gemm = self._gemm[(w.format, tiles, dtype, w.scale_dtype)]
         grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
         gemm.launch(grid, 32 * _build.GEMM_WARPS, stream,
                     w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
-        if _nvtx.ENABLED:
-            _nvtx.pop()
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
         kernel = self._quant[(fmt, dtype)]

@@ -109,3 +109,128 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
     *reinterpret_cast<uint2*>(p_q + k) = make_uint2(packed[0], packed[1]);
   }
 }
+
+// ---- SiLU-and-multiply fused into the quantization of a dense FFN's down-projection input ----
+//
+// gu [rows, 2K] bf16/fp16 at row stride ldg holds the stacked [gate | up] projection (gate in
+// columns 0..K-1, up in K..2K-1); h = silu(gate) * up in fp32 is quantized like the kernels above
+// quantize x, straight into the W8A8 workspace, so the intermediate is never stored. The
+// quantization steps are the references' (gdn_kernels/reference.py); h itself goes through
+// expf, which is not bit-equal to numpy's exp, so only the quantization of a given h is exact.
+
+namespace {
+
+// silu(g) * u = g / (1 + exp(-g)) * u in fp32. Each step is an explicit operation, so the amax
+// pass and the quantizing pass of a row get the same bits. A very negative g gives exp = inf and
+// a zero, never NaN.
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return gdn::mul_rn(gdn::div_rn(g, gdn::add_rn(1.f, expf(-g))), u);
+}
+
+// Eight h values from 16-byte loads of gate at p_g and up at p_u (both 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ void silu_mul8(const T* p_g, const T* p_u, float (&h)[8]) {
+  float g[8], u[8];
+  gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_g)), g);
+  gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_u)), u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = silu_mul(g[i], u[i]);
+}
+
+// One row of h quantized with one scale: s = amax / kMax; q = int8 rne (kInt8) or e4m3 rn of
+// h / s. One CTA a row; gate and up are read twice (amax, then quantize), the second time from
+// L1/L2.
+template <bool kInt8, typename T, int kThreads>
+__device__ __forceinline__ void silu_mul_quant_row(const T* __restrict__ gu, uint8_t* __restrict__ q,
+                                                   float* __restrict__ s, int K, long long ldg) {
+  __shared__ uint32_t red[kThreads / 32];
+  const long long row = blockIdx.x;
+  const T* p_g = gu + row * ldg;
+  const T* p_u = p_g + K;
+  uint8_t* p_q = q + row * (long long)K;
+  uint32_t amax = 0u;
+  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
+    float h[8];
+    silu_mul8<T>(p_g + k, p_u + k, h);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = max(amax, gdn::abs_bits(h[i]));
+  }
+  amax = gdn::block_max_bits<kThreads>(amax, red);
+  const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
+  if (threadIdx.x == 0) s[row] = scale;
+  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
+    float h[8];
+    silu_mul8<T>(p_g + k, p_u + k, h);
+    uint32_t packed[2] = {0u, 0u};
+    if (__float_as_uint(scale) != 0u) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t b;
+        if constexpr (kInt8) {
+          b = (uint32_t)(max(-127, min(127, __float2int_rn(gdn::div_rn(h[i], scale)))) & 0xff);
+        } else {
+          b = (uint32_t)gdn::e4m3_rn(gdn::div_rn(h[i], scale));
+        }
+        packed[i >> 2] |= b << ((i & 3) * 8);
+      }
+    }
+    *reinterpret_cast<uint2*>(p_q + k) = make_uint2(packed[0], packed[1]);
+  }
+}
+
+}  // namespace
+
+// int8 per token of h = silu(gate) * up: s = amax(h row) / 127, q = rne(h / s) clamped to +-127.
+// T: bf16 or fp16.  kThreads: threads a CTA.  Grid: (rows).
+// gu: [rows, 2K] at row stride ldg (elements, a multiple of 8); q: [rows, K] int8; s: [rows] fp32.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_silu_mul_int8_kernel(const T* __restrict__ gu, int8_t* __restrict__ q,
+                               float* __restrict__ s, int K, long long ldg) {
+  silu_mul_quant_row<true, T, kThreads>(gu, reinterpret_cast<uint8_t*>(q), s, K, ldg);
+}
+
+// e4m3 per token of h: s = amax(h row) / 448, q = e4m3_rn(h / s).  Grid: (rows).
+// gu: [rows, 2K] at row stride ldg; q: [rows, K] e4m3 bytes; s: [rows] fp32.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_silu_mul_fp8_row_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
+                                  float* __restrict__ s, int K, long long ldg) {
+  silu_mul_quant_row<false, T, kThreads>(gu, q, s, K, ldg);
+}
+
+// e4m3 per (token, 128-wide group) of h: s = amax(h group) / 448, q = e4m3_rn(h / s). One warp
+// a group, 4 elements a lane (8-byte loads of gate and up).
+// gu: [rows, 2K] at row stride ldg; q: [rows, K] e4m3 bytes; s: [rows, K / 128] fp32.
+// Grid: (ceil(K / 128 / (kThreads / 32)), rows).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
+                                    float* __restrict__ s, int K, long long ldg) {
+  const long long row = blockIdx.y;
+  const int groups = K >> 7;
+  const int lane = threadIdx.x & 31;
+  const int grp = blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  if (grp >= groups) return;
+  const long long off = row * ldg + grp * 128 + lane * 4;
+  const uint2 rg = __ldg(reinterpret_cast<const uint2*>(gu + off));
+  const uint2 ru = __ldg(reinterpret_cast<const uint2*>(gu + off + K));
+  float g[8], u[8], h[4];
+  gdn::unpack8<T>(make_uint4(rg.x, rg.y, 0u, 0u), g);
+  gdn::unpack8<T>(make_uint4(ru.x, ru.y, 0u, 0u), u);
+  uint32_t amax = 0u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[i] = silu_mul(g[i], u[i]);
+    amax = max(amax, gdn::abs_bits(h[i]));
+  }
+  amax = gdn::warp_max_bits(amax);
+  const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
+  if (lane == 0) s[row * groups + grp] = scale;
+  uint32_t packed = 0u;
+  if (__float_as_uint(scale) != 0u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(h[i], scale)) << (i * 8);
+  }
+  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
+}
