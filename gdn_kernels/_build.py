@@ -121,11 +121,24 @@ def _gemm_instances() -> tuple[str, ...]:
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
-QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row")
+SILU_QUANT_KINDS = ("silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
+# The fused quantizers that take a whole token row in one CTA run at 1024 threads: at decode row
+# counts a handful of CTAs must hide the latency of an intermediate row of up to 17408 values.
+SILU_ROW_THREADS = 1024
+
+
+def silu_quant_threads(kind: str) -> int:
+    return QUANT_THREADS if kind == "silu_mul_fp8_group" else SILU_ROW_THREADS
+
+
+def silu_quant_instance(kind: str, dtype: str) -> str:
+    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {silu_quant_threads(kind)}>"
 
 
 def _quant_instances() -> tuple[str, ...]:
-    return tuple(quant_instance(kind, dtype) for kind in QUANT_KINDS for dtype in OUT_TYPES)
+    return (tuple(quant_instance(kind, dtype) for kind in QUANT_KINDS for dtype in OUT_TYPES)
+            + tuple(silu_quant_instance(kind, dtype) for kind in SILU_QUANT_KINDS for dtype in OUT_TYPES))
 
 
 FP4_WARPS = 8

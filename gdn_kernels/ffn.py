@@ -77,7 +77,8 @@ class W8a8Ffn:
             self._gu = cupy.empty(ctx.max_rows * 2 * self.inter, cupy.uint16)
         self._gu_ptr = self._gu.data.ptr
         kind = _SILU_KIND[self.down.format]
-        self._quant = {d: ctx.modules.kernel("act_quant", _build.quant_instance(kind, d), _QUANT_ARGS)
+        self._quant_threads = _build.silu_quant_threads(kind)
+        self._quant = {d: ctx.modules.kernel("act_quant", _build.silu_quant_instance(kind, d), _QUANT_ARGS)
                        for d in ACT_DTYPES}
 
     def supports(self, rows: int, dtype: str = "bfloat16") -> Support:
@@ -144,10 +145,10 @@ class W8a8Ffn:
         ctx.launch(self.gate_up, x, ldx, rows, self._gu_ptr, ldg, stream, dtype)
         q, s = ctx.workspace
         if self.down.format is WeightFormat.FP8_BLOCK:
-            grid = (-(-(self.inter // FP8_BLOCK) // (_build.QUANT_THREADS // 32)), rows, 1)
+            grid = (-(-(self.inter // FP8_BLOCK) // (self._quant_threads // 32)), rows, 1)
         else:
             grid = (rows, 1, 1)
-        self._quant[dtype].launch(grid, _build.QUANT_THREADS, stream, self._gu_ptr, q, s, self.inter, ldg)
+        self._quant[dtype].launch(grid, self._quant_threads, stream, self._gu_ptr, q, s, self.inter, ldg)
         ctx.gemm_on_workspace(self.down, rows, out, ldc, stream, dtype)
         if _nvtx.ENABLED:
             _nvtx.pop()
