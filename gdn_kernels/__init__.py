@@ -6,6 +6,8 @@ its family (nothing launched, the caller falls back).
 """
 
 from gdn_kernels.config import ActQuant, ActQuantConfig, ProjFamily
+from gdn_kernels.ffn import W8a8Ffn
+from gdn_kernels.layer import DenseFfn, DenseWeight, GdnLayer, MoeFfn, ProjPath, QkvzLayout
 from gdn_kernels.nvfp4 import GpuCtx, Nvfp4Ctx, Nvfp4Weight, fixed_nvfp4_proj
 from gdn_kernels.w8a8 import Support, W8a8Ctx, W8a8Mixer, stream_handle, supports
 from gdn_kernels.weights import (
@@ -20,6 +22,13 @@ from gdn_kernels.weights import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DenseFfn",
+    "DenseWeight",
+    "GdnLayer",
+    "MoeFfn",
+    "ProjPath",
+    "QkvzLayout",
+    "W8a8Ffn",
     "ActQuant",
     "ActQuantConfig",
     "GpuCtx",

@@ -15,6 +15,8 @@ GDN_KERNELS_DEBUG
     ``1`` adds ``-lineinfo`` (source lines in Nsight Compute and compute-sanitizer reports).
 GDN_KERNELS_NVTX
     ``1`` opens an NVTX range around every dispatch (see :mod:`gdn_kernels._nvtx`).
+GDN_KERNELS_PDL
+    ``0`` launches the GEMMs plainly instead of programmatically dependent on their quantizers.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+# Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=0: off).
+PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "1") not in ("", "0")
 
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
@@ -219,6 +224,68 @@ class Kernel:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
         driver.launchKernel(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, 0, extra_addr)
+
+    def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
+        """Launch with programmatic dependent launch: the kernel may start while the preceding
+        kernel of the stream runs, and must call ``pdl_wait`` before it reads that kernel's
+        output (kernels/include/gdn/ptx.cuh)."""
+        if stream == 0 or not PDL_ENABLED:
+            # The legacy default stream synchronises with every other stream: launch plainly.
+            self.launch(grid, block, stream, *args)
+            return
+        buf, _, _, extra_addr = self._buffers()
+        self._struct.pack_into(buf, 0, *args)
+        _pdl_launch(self.ptr, grid, block, stream, extra_addr)
+
+
+class _LaunchAttr(ctypes.Structure):
+    # CUlaunchAttribute: id, padding to 8 bytes, a 64-byte value union.
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_mem", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_LaunchAttr)),
+        ("num_attrs", ctypes.c_uint),
+    ]
+
+
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_pdl_state = threading.local()
+
+
+def _pdl_launch(func: int, grid, block: int, stream: int, extra_addr: int) -> None:
+    # One launch configuration per (grid, block, stream), built once per thread: a call only
+    # looks it up and calls the driver.
+    st = getattr(_pdl_state, "st", None)
+    if st is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchKernelEx.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        lib.cuLaunchKernelEx.restype = ctypes.c_int
+        st = _pdl_state.st = (lib.cuLaunchKernelEx, {})
+    launch, configs = st
+    key = (grid, block, stream)
+    entry = configs.get(key)
+    if entry is None:
+        if len(configs) > 4096:
+            configs.clear()
+        attr = _LaunchAttr()
+        attr.id = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value[0] = 1
+        cfg = _LaunchConfig()
+        cfg.grid[0], cfg.grid[1], cfg.grid[2] = grid
+        cfg.block[0], cfg.block[1], cfg.block[2] = block, 1, 1
+        cfg.stream = stream
+        cfg.attrs = ctypes.pointer(attr)
+        cfg.num_attrs = 1
+        entry = configs[key] = (ctypes.addressof(cfg), cfg, attr)
+    err = launch(entry[0], func, None, extra_addr)
+    if err:
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {err}")
 
 
 class DeviceModules:

@@ -219,7 +219,7 @@ class W8a8Ctx:
         tiles = _build.gemm_tiles(rows)
         gemm = self._gemm[(w.format, tiles, dtype, w.scale_dtype)]
         grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
-        gemm.launch(grid, 32 * _build.GEMM_WARPS, stream,
+        gemm.launch_dependent(grid, 32 * _build.GEMM_WARPS, stream,
                     w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:

@@ -4,6 +4,7 @@
 // fp32 scales. The arithmetic is the numpy reference's, operation for operation
 // (gdn_kernels/reference.py), so q and the scales are bit-equal to it.
 #include "gdn/convert.cuh"
+#include "gdn/ptx.cuh"
 #include "gdn/vec.cuh"
 
 // Scales are tested for zero on their bits: under -ftz a float comparison would take a
@@ -18,6 +19,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
                       int K, long long ldx) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
   const T* p_x = x + row * ldx;
@@ -55,6 +59,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
                            float* __restrict__ s, int K, long long ldx) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
   const int lane = threadIdx.x & 31;
@@ -83,6 +90,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          int K, long long ldx) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
   const T* p_x = x + row * ldx;
@@ -187,6 +197,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_int8_kernel(const T* __restrict__ gu, int8_t* __restrict__ q,
                                float* __restrict__ s, int K, long long ldg) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   silu_mul_quant_row<true, T, kThreads>(gu, reinterpret_cast<uint8_t*>(q), s, K, ldg);
 }
 
@@ -196,6 +209,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_row_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                   float* __restrict__ s, int K, long long ldg) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   silu_mul_quant_row<false, T, kThreads>(gu, q, s, K, ldg);
 }
 
@@ -207,6 +223,9 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                     float* __restrict__ s, int K, long long ldg) {
+  // The GEMM that consumes this output may start launching (it waits for our completion
+  // before it reads it) and prefetch its weight meanwhile.
+  gdn::pdl_launch_dependents();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
   const int lane = threadIdx.x & 31;
