@@ -187,3 +187,18 @@ def pointer_of(obj) -> tuple[int, str | None]:
         return obj, None
     arr = as_array(obj)
     return arr.ptr, arr.dtype
+
+
+def resolve_io(x, out, dtype: str | None) -> tuple[int, int, str]:
+    """(x pointer, out pointer, dtype) of a projection call's arrays or raw pointers.
+
+    ``dtype`` defaults to the arrays' (bfloat16 when both are raw pointers); an array of another
+    dtype raises TypeError.
+    """
+    x_ptr, x_dtype = pointer_of(x)
+    out_ptr, out_dtype = pointer_of(out)
+    dtype = dtype or x_dtype or out_dtype or "bfloat16"
+    for got, what in ((x_dtype, "x"), (out_dtype, "out")):
+        if got is not None and got != dtype:
+            raise TypeError(f"{what} is {got}, expected {dtype}")
+    return x_ptr, out_ptr, dtype

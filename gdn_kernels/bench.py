@@ -134,52 +134,13 @@ def time_graph(launches, stream, replays: int = 50, warmup: int = 5) -> float:
     return float(np.median(times))
 
 
-_CUBLAS = None
-
-
-def _cublas():
-    """libcublas through ctypes, the library CuPy has loaded: CuPy's own cuBLAS wrappers refuse to
-    run inside a stream capture, cuBLAS itself does not."""
-    global _CUBLAS
-    if _CUBLAS is None:
-        import ctypes
-
-        import cupy
-
-        cupy.cuda.device.get_cublas_handle()  # loads libcublas into the process
-        lib = None
-        for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-            try:
-                lib = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        if lib is None:
-            raise RuntimeError("libcublas not found")
-        vp, i = ctypes.c_void_p, ctypes.c_int
-        lib.cublasSetStream_v2.argtypes = [vp, vp]
-        lib.cublasGemmEx.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, vp, i, i, vp, vp, i, i, i, i]
-        _CUBLAS = lib
-    return _CUBLAS
-
-
 def cublas_bf16_launcher(x_ptr: int, w_ptr: int, out_ptr: int, rows: int, n: int, k: int, stream):
     """out[rows, N] = x[rows, K] . w[N, K]^T in bf16 through cublasGemmEx (fp32 compute), on
     ``stream`` (a CuPy stream): the returned callable enqueues one product and can be captured."""
-    import cupy
-
-    lib = _cublas()
-    handle = cupy.cuda.device.get_cublas_handle()
-    alpha = np.array(1.0, np.float32)
-    beta = np.array(0.0, np.float32)
-    op_t, op_n, r_16bf, compute_32f, algo = 1, 0, 14, 68, -1  # CUDA_R_16BF, CUBLAS_COMPUTE_32F, DEFAULT
+    from gdn_kernels import _blas
 
     def launch():
-        st = lib.cublasSetStream_v2(handle, stream.ptr)
-        st = st or lib.cublasGemmEx(handle, op_t, op_n, n, rows, k, alpha.ctypes.data, w_ptr, r_16bf, k,
-                                    x_ptr, r_16bf, k, beta.ctypes.data, out_ptr, r_16bf, n, compute_32f, algo)
-        if st:
-            raise RuntimeError(f"cuBLAS status {st}")
+        _blas.gemm_xwt(x_ptr, k, w_ptr, k, rows, n, k, out_ptr, n, stream.ptr, "bfloat16")
 
     return launch
 

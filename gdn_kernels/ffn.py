@@ -121,12 +121,7 @@ class W8a8Ffn:
         up is computed in fp32 as gate / (1 + expf(-gate)) * up and quantized from fp32; the down
         projection rounds once to x's dtype.
         """
-        x_ptr, x_dtype = _ptr.pointer_of(x)
-        out_ptr, out_dtype = _ptr.pointer_of(out)
-        dtype = dtype or x_dtype or out_dtype or "bfloat16"
-        for got, what in ((x_dtype, "x"), (out_dtype, "out")):
-            if got is not None and got != dtype:
-                raise TypeError(f"{what} is {got}, expected {dtype}")
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(x, out, dtype)
         check_proj_args(self.gate_up, x_ptr, ldx, rows, self._gu_ptr, self.gate_up.n, dtype)
         if ldc < self.hidden:
             raise ValueError(f"ldc = {ldc} < N = {self.hidden}")

@@ -183,17 +183,6 @@ def ffn_path(layer: "GdnLayer", rows: int, dtype: str = "bfloat16") -> ProjPath:
     return ProjPath.W8A8 if ffn.w8a8.supports(rows, dtype) else ProjPath.NONE
 
 
-def _resolve_dtype(x, out, dtype):
-    """(x pointer, out pointer, dtype) of a call's arrays or raw pointers."""
-    x_ptr, x_dtype = _ptr.pointer_of(x)
-    out_ptr, out_dtype = _ptr.pointer_of(out)
-    dtype = dtype or x_dtype or out_dtype or "bfloat16"
-    for got, what in ((x_dtype, "x"), (out_dtype, "out")):
-        if got is not None and got != dtype:
-            raise TypeError(f"{what} is {got}, expected {dtype}")
-    return x_ptr, out_ptr, dtype
-
-
 @dataclass(eq=False)
 class GdnLayer:
     """One GDN layer's decode-time projection weights and the W8A8 mixer installed on it.
@@ -390,7 +379,7 @@ class GdnLayer:
             True when launched; False (nothing launched, out untouched) when no pinned path runs.
         """
         _check_rows(rows)
-        x_ptr, out_ptr, dtype = _resolve_dtype(normed, out, dtype)
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(normed, out, dtype)
         return self._pinned("in_proj_qkvz", fctx, x_ptr, ldx, rows, out_ptr, ldc, stream, dtype) is not ProjPath.NONE
 
     def pinned_out(self, fctx, x, ldx: int, rows: int, out, ldc: int, stream=0, *,
@@ -398,7 +387,7 @@ class GdnLayer:
         """The out_proj on the pinned path of :func:`out_path`, if any: x [rows, value_dim] ->
         out [rows, hidden]; otherwise as :meth:`pinned_qkvz`."""
         _check_rows(rows)
-        x_ptr, out_ptr, dtype = _resolve_dtype(x, out, dtype)
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(x, out, dtype)
         return self._pinned("out_proj", fctx, x_ptr, ldx, rows, out_ptr, ldc, stream, dtype) is not ProjPath.NONE
 
     def pinned_ffn(self, x, ldx: int, rows: int, out, ldc: int, stream=0, *, dtype: str | None = None) -> bool:
@@ -456,7 +445,7 @@ class GdnLayer:
 
     def _entry(self, proj, dense, fctx, x, ldx, rows, out, ldc, stream, dtype) -> ProjPath:
         _check_rows(rows)
-        x_ptr, out_ptr, dtype = _resolve_dtype(x, out, dtype)
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(x, out, dtype)
         path = self._pinned(proj, fctx, x_ptr, ldx, rows, out_ptr, ldc, stream, dtype)
         if path is not ProjPath.NONE or rows == 0:
             return path

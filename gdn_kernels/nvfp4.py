@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gdn_kernels import _build, _nvtx, _ptr
 from gdn_kernels.config import ActQuant, ActQuantConfig, ProjFamily
-from gdn_kernels.w8a8 import ACT_DTYPES, Support, check_proj_args, stream_handle
+from gdn_kernels.w8a8 import ACT_DTYPES, Support, check_strided_args, stream_handle
 
 NVFP4_BLOCK = 16
 # K must be a multiple of this: the GEMM streams 128-value (64-byte) chunks of a weight row.
@@ -226,12 +226,7 @@ class Nvfp4Ctx:
         are quantized per row (dynamic gs = amax(row) / 2688), or with the weight's static
         ``input_scale`` when ``static_scale`` is True. Every rows >= 1 runs.
         """
-        x_ptr, x_dtype = _ptr.pointer_of(x)
-        out_ptr, out_dtype = _ptr.pointer_of(out)
-        dtype = dtype or x_dtype or out_dtype or "bfloat16"
-        for got, what in ((x_dtype, "x"), (out_dtype, "out")):
-            if got is not None and got != dtype:
-                raise TypeError(f"{what} is {got}, expected {dtype}")
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(x, out, dtype)
         check_nvfp4_args(w, x_ptr, ldx, rows, out_ptr, ldc, dtype)
         if static_scale and w.input_scale is None:
             raise ValueError("static_scale needs a weight with an input_scale")
@@ -278,18 +273,7 @@ def check_nvfp4_args(w: Nvfp4Weight, x: int, ldx: int, rows: int, out: int, ldc:
     """Raise on bad arguments (never on a call outside the family)."""
     if not isinstance(w, Nvfp4Weight):
         raise TypeError(f"w must be an Nvfp4Weight, got {type(w).__name__}")
-    if dtype not in ACT_DTYPES:
-        raise TypeError(f"activations must be bfloat16 or float16, got {dtype}")
-    if not isinstance(rows, int) or rows < 0:
-        raise ValueError(f"rows must be an int >= 0, got {rows!r}")
-    if ldx < w.k:
-        raise ValueError(f"ldx = {ldx} < K = {w.k}")
-    if ldc < w.n:
-        raise ValueError(f"ldc = {ldc} < N = {w.n}")
-    if ldx % 8:
-        raise ValueError(f"ldx = {ldx} must be a multiple of 8 elements (16-byte aligned rows)")
-    _ptr.check_pointer(x, "x", 16)
-    _ptr.check_pointer(out, "out", 16)
+    check_strided_args(w.n, w.k, x, ldx, rows, out, ldc, dtype)
 
 
 @dataclass(frozen=True, eq=False)

@@ -56,23 +56,29 @@ def stream_handle(stream) -> int:
     raise TypeError(f"stream must be an int handle or a CUDA stream object, got {type(stream).__name__}")
 
 
-def check_proj_args(w: W8a8Weight, x: int, ldx: int, rows: int, out: int, ldc: int, dtype: str) -> None:
-    """Raise on bad arguments (never on a call that is merely outside the family)."""
-    if not isinstance(w, W8a8Weight):
-        raise TypeError(f"w must be a W8a8Weight, got {type(w).__name__}")
+def check_strided_args(n: int, k: int, x: int, ldx: int, rows: int, out: int, ldc: int, dtype: str) -> None:
+    """Raise on bad arguments of a projection of a weight [n, k] (never on a call that is merely
+    outside the family): dtype, rows, strides, and null or misaligned pointers."""
     if dtype not in ACT_DTYPES:
         raise TypeError(f"activations must be bfloat16 or float16, got {dtype}")
     if not isinstance(rows, int) or rows < 0:
         raise ValueError(f"rows must be an int >= 0, got {rows!r}")
-    if ldx < w.k:
-        raise ValueError(f"ldx = {ldx} < K = {w.k}")
-    if ldc < w.n:
-        raise ValueError(f"ldc = {ldc} < N = {w.n}")
+    if ldx < k:
+        raise ValueError(f"ldx = {ldx} < K = {k}")
+    if ldc < n:
+        raise ValueError(f"ldc = {ldc} < N = {n}")
     # Rows are read with 16-byte loads: every row start must stay 16-byte aligned.
     if ldx % 8:
         raise ValueError(f"ldx = {ldx} must be a multiple of 8 elements (16-byte aligned rows)")
     _ptr.check_pointer(x, "x", 16)
     _ptr.check_pointer(out, "out", 16)
+
+
+def check_proj_args(w: W8a8Weight, x: int, ldx: int, rows: int, out: int, ldc: int, dtype: str) -> None:
+    """Raise on bad arguments of a W8A8 projection (see :func:`check_strided_args`)."""
+    if not isinstance(w, W8a8Weight):
+        raise TypeError(f"w must be a W8a8Weight, got {type(w).__name__}")
+    check_strided_args(w.n, w.k, x, ldx, rows, out, ldc, dtype)
 
 
 def supports(w: W8a8Weight, rows: int, dtype: str = "bfloat16", *, max_rows: int = DEFAULT_MAX_ROWS,
@@ -176,12 +182,7 @@ class W8a8Ctx:
             True when launched (the output will be written in stream order); False when the case
             is outside the family: nothing launched, ``out`` untouched.
         """
-        x_ptr, x_dtype = _ptr.pointer_of(x)
-        out_ptr, out_dtype = _ptr.pointer_of(out)
-        dtype = dtype or x_dtype or out_dtype or "bfloat16"
-        for got, what in ((x_dtype, "x"), (out_dtype, "out")):
-            if got is not None and got != dtype:
-                raise TypeError(f"{what} is {got}, expected {dtype}")
+        x_ptr, out_ptr, dtype = _ptr.resolve_io(x, out, dtype)
         check_proj_args(w, x_ptr, ldx, rows, out_ptr, ldc, dtype)
         if not self.supports(w, rows, dtype):
             return False
