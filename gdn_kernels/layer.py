@@ -28,8 +28,8 @@ from gdn_kernels import _blas, _ptr
 from gdn_kernels.config import ActQuant, ActQuantConfig, ProjFamily
 from gdn_kernels.ffn import W8a8Ffn
 from gdn_kernels.nvfp4 import Nvfp4Weight
-from gdn_kernels.w8a8 import ACT_DTYPES, W8a8Mixer, stream_handle
-from gdn_kernels.weights import Fp8ScaleFormat, Fp8Weight, W8a8Weight
+from gdn_kernels.w8a8 import ACT_DTYPES, W8a8Mixer, fp8_block_mixer, fp8_block_qualifies, stream_handle
+from gdn_kernels.weights import Fp8Weight
 
 
 class QkvzLayout(str, enum.Enum):
@@ -325,16 +325,12 @@ class GdnLayer:
             The model's hidden size: K of [QKV | Z] and N of out_proj.
         """
         segs = self._fp8_qkvz_segments()
-        out = self.fp8_out
-        if not segs or out is None:
-            return False
-        if any(w.scale_format is not Fp8ScaleFormat.BLOCK_SCALED for w in (*segs, out)):
+        if not fp8_block_qualifies(segs, self.fp8_out):
             return False
         # The refusals that do not depend on the weights come before the stacking copy.
         self._check_w8a8_installable()
-        w_in = W8a8Weight.new(list(segs))
-        mixer = W8a8Mixer(ctx, w_in, out.as_w8a8())
-        self.set_w8a8_decode_weights(mixer, w_in.n, hidden, out.k)
+        mixer = fp8_block_mixer(ctx, segs, self.fp8_out)
+        self.set_w8a8_decode_weights(mixer, mixer.input.n, hidden, mixer.output.k)
         return True
 
     # The pure decision.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from gdn_kernels import _build, _nvtx, _ptr
-from gdn_kernels.weights import FP8_BLOCK, W8a8Weight, WeightFormat
+from gdn_kernels.weights import FP8_BLOCK, Fp8ScaleFormat, Fp8Weight, W8a8Weight, WeightFormat
 
 ACT_DTYPES = ("bfloat16", "float16")
 DEFAULT_MAX_ROWS = 256
@@ -250,3 +250,24 @@ class W8a8Ctx:
         groups = w.k // FP8_BLOCK if w.format is WeightFormat.FP8_BLOCK else 1
         s = self._xs[: rows * groups].reshape(rows, groups)
         return q, (s if groups > 1 or w.format is WeightFormat.FP8_BLOCK else s[:, 0])
+
+
+def fp8_block_qualifies(qkvz, out_proj) -> bool:
+    """Pure: whether checkpoint FP8 weights can run as the W8A8 block-scaled path: ``qkvz`` (an
+    Fp8Weight or 1 to 3 segments, e.g. (QKV, Z)) and ``out_proj`` (an Fp8Weight) all present and
+    all with 128x128 block scales."""
+    segs = tuple(qkvz) if isinstance(qkvz, (tuple, list)) else (qkvz,)
+    if not segs or out_proj is None or any(w is None for w in segs):
+        return False
+    return all(isinstance(w, Fp8Weight) and w.scale_format is Fp8ScaleFormat.BLOCK_SCALED
+               for w in (*segs, out_proj))
+
+
+def fp8_block_mixer(ctx: "W8a8Ctx", qkvz, out_proj) -> W8a8Mixer | None:
+    """The W8a8Mixer of checkpoint FP8 weights, or None when they do not qualify
+    (:func:`fp8_block_qualifies`). Several [QKV | Z] segments are stacked into new device memory
+    (once, here); activations will be quantized per (token, 128)."""
+    if not fp8_block_qualifies(qkvz, out_proj):
+        return None
+    segs = list(qkvz) if isinstance(qkvz, (tuple, list)) else [qkvz]
+    return W8a8Mixer(ctx, W8a8Weight.new(segs), out_proj.as_w8a8())

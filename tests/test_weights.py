@@ -114,3 +114,18 @@ def test_stream_handles():
     assert stream_handle(CupyLike()) == 1234 and stream_handle(TorchLike()) == 99
     with pytest.raises(TypeError):
         stream_handle("stream")
+
+
+def test_fp8_block_qualification():
+    from gdn_kernels.w8a8 import fp8_block_mixer, fp8_block_qualifies
+
+    blk = Fp8Weight.from_pointers(P, P + 4096, 256, 512)
+    out = Fp8Weight.from_pointers(P, P + 4096, 512, 256)
+    ch = Fp8Weight.from_pointers(P, P + 4096, 256, 512, scale_format="per_channel")
+    assert fp8_block_qualifies(blk, out) and fp8_block_qualifies((blk, blk), out)
+    assert not fp8_block_qualifies(blk, None) and not fp8_block_qualifies((), out)
+    assert not fp8_block_qualifies((blk, ch), out) and not fp8_block_qualifies(blk, ch)
+    assert not fp8_block_qualifies((blk, None), out)
+    assert fp8_block_mixer("ctx", (blk, ch), out) is None
+    mixer = fp8_block_mixer("ctx", blk, out)
+    assert mixer.input.format is WeightFormat.FP8_BLOCK and mixer.output.n == 512
