@@ -16,7 +16,8 @@ GDN_KERNELS_DEBUG
 GDN_KERNELS_NVTX
     ``1`` opens an NVTX range around every dispatch (see :mod:`gdn_kernels._nvtx`).
 GDN_KERNELS_PDL
-    ``0`` launches the GEMMs plainly instead of programmatically dependent on their quantizers.
+    ``1`` launches the GEMMs programmatically dependent on their quantizers (off by default: see
+    bench/NOTES.md).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-# Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=0: off).
-PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "1") not in ("", "0")
+# Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=1: on).
+PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "0") not in ("", "0")
 
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])

@@ -19,8 +19,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
                       int K, long long ldx) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
@@ -59,8 +59,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
                            float* __restrict__ s, int K, long long ldx) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
@@ -90,8 +90,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          int K, long long ldx) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
@@ -197,8 +197,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_int8_kernel(const T* __restrict__ gu, int8_t* __restrict__ q,
                                float* __restrict__ s, int K, long long ldg) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   silu_mul_quant_row<true, T, kThreads>(gu, reinterpret_cast<uint8_t*>(q), s, K, ldg);
 }
@@ -209,8 +209,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_row_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                   float* __restrict__ s, int K, long long ldg) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   silu_mul_quant_row<false, T, kThreads>(gu, q, s, K, ldg);
 }
@@ -223,8 +223,8 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                     float* __restrict__ s, int K, long long ldg) {
-  // The GEMM that consumes this output may start launching (it waits for our completion
-  // before it reads it) and prefetch its weight meanwhile.
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
   const long long row = blockIdx.y;
   const int groups = K >> 7;

@@ -99,16 +99,19 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     p_sx[j][1] = sx + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
   }
 
+  // Programmatic dependent launch: see w8a8_gemm.cu.
+  gdn::pdl_wait();
+
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
-  // Weight codes and block scales of rows g and g+8 for the warp's chunk c0 + u * kWarps.
-  uint4 b_w[kUnroll][2];
-  uint2 b_sw[kUnroll][2];
-  auto load_weight = [&](int c0) {
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+    uint4 b_w[kUnroll][2];
+    uint2 b_sw[kUnroll][2];
+    uint4 b_x[kUnroll][kTiles][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
@@ -117,21 +120,6 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
         b_w[u][1] = gdn::ld_stream_v4(p_w1 + (long long)c * 64);
         b_sw[u][0] = __ldg(reinterpret_cast<const uint2*>(p_s0 + c * 8));
         b_sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p_s1 + c * 8));
-      }
-    }
-  };
-  // Programmatic dependent launch (see w8a8_gemm.cu): the first chunks of weight are loaded
-  // before waiting for the activation quantizer.
-  load_weight(warp);
-  gdn::pdl_wait();
-
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    if (c0 != warp) load_weight(c0);
-    uint4 b_x[kUnroll][kTiles][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);

@@ -79,16 +79,23 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
 
+  // With programmatic dependent launch (GDN_KERNELS_PDL=1) the kernel may start while the
+  // activation quantizer still runs: nothing it reads before this wait depends on the quantizer.
+  // Launched plainly, the wait returns at once.
+  gdn::pdl_wait();
+
   Acc acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = Acc(0);
 
-  // b_w[u]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of the warp's chunk
-  // c0 + u * kWarps.
-  uint4 b_w[kUnroll][4];
-  auto load_weight = [&](int c0) {
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+    // b_w[u]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of chunk u.
+    uint4 b_w[kUnroll][4];
+    uint4 b_x[kUnroll][kTiles][2];
+    float b_s[kUnroll][kTiles][2];
+    float b_sw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
@@ -98,25 +105,6 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
         b_w[u][1] = gdn::ld_stream_v4(p_w1 + off);
         b_w[u][2] = gdn::ld_stream_v4(p_w0 + off + 64);
         b_w[u][3] = gdn::ld_stream_v4(p_w1 + off + 64);
-      }
-    }
-  };
-  // Launched after the activation quantizer with programmatic dependent launch, the kernel may
-  // start while the quantizer runs: the first chunks of weight are loaded before waiting for the
-  // activations (at decode sizes that is much of the weight of the first wave of CTAs).
-  load_weight(warp);
-  gdn::pdl_wait();
-
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    if (c0 != warp) load_weight(c0);
-    uint4 b_x[kUnroll][kTiles][2];
-    float b_s[kUnroll][kTiles][2];
-    float b_sw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        const long long off = (long long)c * 128;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
