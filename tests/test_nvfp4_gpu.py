@@ -249,8 +249,8 @@ def test_fixed_nvfp4_proj_runs_only_when_pinned(ctx):
 
 
 def test_back_to_back_calls_on_a_stream(ctx):
-    """As for W8A8: programmatically dependent GEMMs on a stream, twenty calls in a row, the bits
-    of the same calls made one at a time."""
+    """As for W8A8: twenty calls in a row on a non-default stream, the bits of the same calls
+    made one at a time."""
     import cupy
 
     rng = np.random.default_rng(47)
