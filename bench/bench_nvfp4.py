@@ -50,6 +50,15 @@ def main(argv=None) -> int:
     js, md = harness.write_results(records, args.name, meta, Path(args.out))
     print(md.read_text())
     print(f"wrote {js} and {md}")
+    try:
+        from bench.plot import plot
+    except ImportError:
+        return 0
+    try:
+        plot([r.flat() for r in records], js.with_suffix(".png"), f"NVFP4, {meta['device']['name']}, {meta['commit']}")
+        print(f"wrote {js.with_suffix('.png')}")
+    except ImportError as exc:
+        print(f"no plot: {exc}")
     return 0
 
 
