@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_w8a8 import ROWS, SHAPES, parse_shape  # noqa: E402
 from bench.peers import dequant_cublas_peer  # noqa: E402
 from gdn_kernels import Nvfp4Ctx  # noqa: E402
+from bench.plot import write_report  # noqa: E402
 from gdn_kernels import bench as harness  # noqa: E402
 
 
@@ -47,18 +48,7 @@ def main(argv=None) -> int:
             print(f"    rows {r.rows:3d}: {r.us:7.2f} us  {r.ratio_floor:5.2f}x floor  {r.us / blas:5.2f}x cuBLAS bf16 "
                   f"({blas:.1f} us), dequant+cuBLAS {r.peers['dequant_bf16_cublas_us']:.1f} us", flush=True)
         records.extend(recs)
-    js, md = harness.write_results(records, args.name, meta, Path(args.out))
-    print(md.read_text())
-    print(f"wrote {js} and {md}")
-    try:
-        from bench.plot import plot
-    except ImportError:
-        return 0
-    try:
-        plot([r.flat() for r in records], js.with_suffix(".png"), f"NVFP4, {meta['device']['name']}, {meta['commit']}")
-        print(f"wrote {js.with_suffix('.png')}")
-    except ImportError as exc:
-        print(f"no plot: {exc}")
+    write_report(records, args.name, meta, Path(args.out), "NVFP4")
     return 0
 
 

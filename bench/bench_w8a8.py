@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.peers import torch_or_none, torch_w8a8_peer  # noqa: E402
 from gdn_kernels import W8a8Ctx  # noqa: E402
+from bench.plot import write_report  # noqa: E402
 from gdn_kernels import bench as harness  # noqa: E402
 
 SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
@@ -57,18 +58,7 @@ def main(argv=None) -> int:
                 print(f"    rows {r.rows:3d}: {r.us:7.2f} us  {r.ratio_floor:5.2f}x floor  "
                       f"{r.us / blas:5.2f}x cuBLAS bf16 ({blas:.1f} us)", flush=True)
             records.extend(recs)
-    js, md = harness.write_results(records, args.name, meta, Path(args.out))
-    print(md.read_text())
-    print(f"wrote {js} and {md}")
-    try:
-        from bench.plot import plot
-    except ImportError:
-        return 0
-    try:
-        plot([r.flat() for r in records], js.with_suffix(".png"), f"W8A8, {meta['device']['name']}, {meta['commit']}")
-        print(f"wrote {js.with_suffix('.png')}")
-    except ImportError as exc:
-        print(f"no plot: {exc}")
+    write_report(records, args.name, meta, Path(args.out), "W8A8")
     return 0
 
 

@@ -70,6 +70,21 @@ def plot(records, out: Path, title: str = "") -> None:
     fig.savefig(out, dpi=110)
 
 
+def write_report(records, name: str, meta: dict, outdir: Path, title: str) -> None:
+    """Write <name>.json and <name>.md (gdn_kernels.bench.write_results), print the table, and
+    draw <name>.png when matplotlib is importable."""
+    from gdn_kernels import bench as harness
+
+    js, md = harness.write_results(records, name, meta, outdir)
+    print(md.read_text())
+    print(f"wrote {js} and {md}")
+    try:
+        plot([r.flat() for r in records], js.with_suffix(".png"), f"{title}, {meta['device']['name']}, {meta['commit']}")
+        print(f"wrote {js.with_suffix('.png')}")
+    except ImportError as exc:
+        print(f"no plot: {exc}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json", nargs="+")
