@@ -3,7 +3,8 @@
 #   OUT=/tmp/out bash bench/gpu_run.sh [tests|sanitize|main|bench|bench_nvfp4 ...]   (default: all)
 # Files (few: the device tool brings back at most eight): summary.txt (device, commit, each step's
 # exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
-# (benchmark JSON and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks.
+# (benchmark JSON and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks,
+# SWEEP_ARGS to the schedule sweep (step sweep, not in the default list).
 set -u
 OUT=${OUT:-/tmp/gdn_out}
 mkdir -p "$OUT/results"
@@ -35,6 +36,7 @@ for step in $steps; do
     main) run main main timeout 120 python3 -m gdn_kernels ;;
     bench) run bench bench_w8a8 python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_h200 ${BENCH_ARGS:-} ;;
     bench_pdl) GDN_KERNELS_PDL=1 run bench bench_w8a8_pdl python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_pdl_h200 --no-torch --rows 1,2,4,8,16 ;;
+    sweep) run bench sweep_w8a8 python3 bench/sweep_w8a8.py --out "$OUT/results" --name sweep_w8a8_h200 ${SWEEP_ARGS:-} ;;
     bench_nvfp4) run bench bench_nvfp4 python3 bench/bench_nvfp4.py --out "$OUT/results" --name nvfp4_h200 ${BENCH_ARGS:-} ;;
     host) run bench host_overhead python3 bench/host_overhead.py ;;
     profile)
@@ -43,6 +45,11 @@ for step in $steps; do
         --clock-control none --metrics gpu__time_duration.sum python3 bench/profile_one.py
       GDN_KERNELS_NVTX=1 run profile ncu_nvfp4 timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\.nvfp4\.proj.*/" \
         --clock-control none --metrics gpu__time_duration.sum python3 bench/profile_one.py ;;
+    profile_gemm)
+      # Where a decode GEMM's time goes: throughput, memory and warp-stall sections of one call.
+      GDN_KERNELS_NVTX=1 run profile ncu_gemm timeout 300 ncu --nvtx --nvtx-include "regex:gdn_kernels\..*proj.*/" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        --section LaunchStats python3 bench/profile_one.py ${PROFILE_ARGS:---n 16384 --k 5120 --rows 1 --formats int8} ;;
     *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
   esac
 done

@@ -13,19 +13,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> int:
+    import argparse
+
     import cupy
     import numpy as np
 
     from gdn_kernels import Nvfp4Ctx, W8a8Ctx
     from gdn_kernels.bench import random_nvfp4_weight, random_w8a8_weight
 
-    n, k, rows = 2048, 4096, 4
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2048)
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--rows", type=int, default=4)
+    ap.add_argument("--formats", default="int8,fp8_block,nvfp4")
+    args = ap.parse_args()
+    n, k, rows = args.n, args.k, args.rows
     x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
     out = cupy.empty((rows, n), cupy.float16)
-    wctx, fctx = W8a8Ctx(max_rows=16, max_k=k), Nvfp4Ctx(max_rows=16, max_k=k)
-    for fmt in ("int8", "fp8_block"):
-        assert wctx.proj(random_w8a8_weight(fmt, n, k, 3), x, k, rows, out, n)
-    assert fctx.proj(random_nvfp4_weight(n, k, 3), x, k, rows, out, n)
+    wctx, fctx = W8a8Ctx(max_rows=max(16, rows), max_k=k), Nvfp4Ctx(max_rows=max(16, rows), max_k=k)
+    for fmt in args.formats.split(","):
+        if fmt == "nvfp4":
+            assert fctx.proj(random_nvfp4_weight(n, k, 3), x, k, rows, out, n)
+        else:
+            assert wctx.proj(random_w8a8_weight(fmt, n, k, 3), x, k, rows, out, n)
     cupy.cuda.runtime.deviceSynchronize()
     print("profiled projections done")
     return 0

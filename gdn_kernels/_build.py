@@ -90,12 +90,36 @@ SCALE_TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
 # Weight formats of the W8A8 GEMM (the kFmt template constant of kernels/w8a8_gemm.cu).
 FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK = 0, 1, 2
 
+QUANT_THREADS = 256
+ROW_QUANT_THREADS = 1024
+
 # Warps that split K in a W8A8 CTA: fixed, so a row's arithmetic never depends on the row count.
 GEMM_WARPS = 8
-# 8-token tiles a CTA by row count, and the chunks each warp keeps in flight for that tile count.
+# 8-token tiles a CTA by row count.
 GEMM_TILES = (1, 2, 4)
+# Chunks each warp keeps in flight for that tile count (the NVFP4 GEMM's schedule).
 GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
-QUANT_THREADS = 256
+
+
+@dataclass(frozen=True)
+class GemmCfg:
+    """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu): ``m`` 16-row weight tiles a
+    CTA, ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before
+    computing this one, ``min_blocks`` CTAs a multiprocessor should hold. No field changes an
+    output bit (the K split is GEMM_WARPS ways at every schedule), so the schedule may depend on
+    the shape and the row count freely."""
+
+    m: int = 1
+    unroll: int = 4
+    pipe: int = 0
+    min_blocks: int = 1
+
+    def args(self) -> str:
+        return f"{self.m}, {self.unroll}, {self.pipe}, {self.min_blocks}"
+
+
+# The schedule of each tile count before shape tuning.
+GEMM_BASE = {1: GemmCfg(1, 4, 0, 1), 2: GemmCfg(1, 2, 0, 1), 4: GemmCfg(1, 2, 0, 1)}
 
 
 def gemm_tiles(rows: int) -> int:
@@ -103,15 +127,33 @@ def gemm_tiles(rows: int) -> int:
     return 1 if rows <= 8 else 2 if rows <= 16 else 4
 
 
-def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32") -> str:
+def gemm_config(tiles: int, n: int, k: int) -> GemmCfg:
+    """The schedule for a weight [n, k] at this tile count (see GEMM_CONFIGS)."""
+    return GEMM_BASE[tiles]
+
+
+def gemm_configs(tiles: int) -> tuple[GemmCfg, ...]:
+    """Every schedule :func:`gemm_config` can return for this tile count."""
+    return (GEMM_BASE[tiles],)
+
+
+def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:
+    cfg = GEMM_BASE[tiles] if cfg is None else cfg
     return (
-        f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {GEMM_UNROLL[tiles]}, "
+        f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {cfg.args()}, "
         f"{OUT_TYPES[out]}, {SCALE_TYPES[scale]}>"
     )
 
 
+def quant_threads(kind: str) -> int:
+    """Threads a CTA of an activation quantizer: a whole token row a CTA for the per-token kinds
+    (1024, so that a row of up to 24576 values is read once, see kernels/act_quant.cu), one warp a
+    128-group for the grouped ones."""
+    return QUANT_THREADS if kind.endswith("fp8_group") else ROW_QUANT_THREADS
+
+
 def quant_instance(kind: str, dtype: str) -> str:
-    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {QUANT_THREADS}>"
+    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {quant_threads(kind)}>"
 
 
 def _gemm_instances() -> tuple[str, ...]:
@@ -119,27 +161,41 @@ def _gemm_instances() -> tuple[str, ...]:
     for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK):
         scales = ("float32", "bfloat16") if fmt == FMT_FP8_BLOCK else ("float32",)
         for tiles in GEMM_TILES:
-            for out in OUT_TYPES:
-                for scale in scales:
-                    names.append(gemm_instance(fmt, tiles, out, scale))
+            for cfg in gemm_configs(tiles):
+                for out in OUT_TYPES:
+                    for scale in scales:
+                        names.append(gemm_instance(fmt, tiles, out, scale, cfg))
     return tuple(names)
+
+
+# Schedules the tuning sweep (bench/sweep_w8a8.py) times beside the shipped ones: compiled only
+# when the sweep loads the "w8a8_gemm_sweep" family (bf16 output, fp32 scales).
+SWEEP_CFGS = (
+    GemmCfg(1, 4, 0, 1), GemmCfg(1, 2, 0, 1), GemmCfg(1, 2, 0, 3), GemmCfg(1, 1, 1, 2),
+    GemmCfg(1, 2, 1, 1), GemmCfg(2, 2, 0, 1), GemmCfg(2, 1, 1, 1), GemmCfg(2, 1, 0, 3),
+    GemmCfg(4, 1, 0, 2), GemmCfg(4, 2, 0, 1), GemmCfg(8, 1, 0, 1),
+)
+
+
+def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
+    # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
+    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8)
+
+
+def _sweep_instances() -> tuple[str, ...]:
+    return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
+                 for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
+                 for tiles in GEMM_TILES for cfg in sweep_cfgs(tiles))
 
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
 QUANT_KINDS = ("int8", "fp8_group", "fp8_row")
 SILU_QUANT_KINDS = ("silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
-# The fused quantizers that take a whole token row in one CTA run at 1024 threads: at decode row
-# counts a handful of CTAs must hide the latency of an intermediate row of up to 17408 values.
-SILU_ROW_THREADS = 1024
-
-
-def silu_quant_threads(kind: str) -> int:
-    return QUANT_THREADS if kind == "silu_mul_fp8_group" else SILU_ROW_THREADS
 
 
 def silu_quant_instance(kind: str, dtype: str) -> str:
-    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {silu_quant_threads(kind)}>"
+    return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {quant_threads(kind)}>"
 
 
 def _quant_instances() -> tuple[str, ...]:
@@ -173,6 +229,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "act_quant": Family("act_quant.cu", _quant_instances(), _quant_instances()),
     "w8a8_gemm": Family("w8a8_gemm.cu", _gemm_instances(), _gemm_instances()),
+    "w8a8_gemm_sweep": Family("w8a8_gemm.cu", _sweep_instances(), ()),
     "fp4_quant": Family("fp4_quant.cu", tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES),
                         tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
     "fp4_mx_gemm": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES),

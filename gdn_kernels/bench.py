@@ -313,6 +313,25 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
     return records
 
 
+def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep"):
+    """A callable that launches only the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
+    ``_build.GemmCfg``) on the activations already in ``ctx``'s workspace, writing bf16 ``out``:
+    for the schedule sweep and the tests that every schedule gives the same bits."""
+    from gdn_kernels import _build
+    from gdn_kernels.w8a8 import _FMT
+
+    tiles = _build.gemm_tiles(rows)
+    name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
+    kern = ctx.modules.kernel(family, name, "PPPPPqiii")
+    xq, xs = ctx.workspace
+    grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
+
+    def launch():
+        kern.launch(grid, 32 * _build.GEMM_WARPS, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
+
+    return launch
+
+
 def random_nvfp4_weight(n: int, k: int, seed: int):
     """A random device NVFP4 weight: all 16 codes, positive normal e4m3 block scales."""
     import cupy

@@ -77,7 +77,7 @@ class W8a8Ffn:
             self._gu = cupy.empty(ctx.max_rows * 2 * self.inter, cupy.uint16)
         self._gu_ptr = self._gu.data.ptr
         kind = _SILU_KIND[self.down.format]
-        self._quant_threads = _build.silu_quant_threads(kind)
+        self._quant_threads = _build.quant_threads(kind)
         self._quant = {d: ctx.modules.kernel("act_quant", _build.silu_quant_instance(kind, d), _QUANT_ARGS)
                        for d in ACT_DTYPES}
 

@@ -141,11 +141,13 @@ class W8a8Ctx:
         for fmt, code in _FMT.items():
             scales = ("float32", "bfloat16") if fmt is WeightFormat.FP8_BLOCK else ("float32",)
             for tiles in _build.GEMM_TILES:
-                for out in ACT_DTYPES:
-                    for scale in scales:
-                        name = _build.gemm_instance(code, tiles, out, scale)
-                        self._gemm[(fmt, tiles, out, scale)] = self.modules.kernel("w8a8_gemm", name, _GEMM_ARGS)
+                for cfg in _build.gemm_configs(tiles):
+                    for out in ACT_DTYPES:
+                        for scale in scales:
+                            name = _build.gemm_instance(code, tiles, out, scale, cfg)
+                            self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel("w8a8_gemm", name, _GEMM_ARGS)
         self._quant = {}
+        self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
         for fmt, kind in _QUANT_KIND.items():
             for dtype in ACT_DTYPES:
                 name = _build.quant_instance(kind, dtype)
@@ -218,8 +220,9 @@ class W8a8Ctx:
         stride ``ldc``; ``stream`` a raw handle.
         """
         tiles = _build.gemm_tiles(rows)
-        gemm = self._gemm[(w.format, tiles, dtype, w.scale_dtype)]
-        grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
+        cfg = _build.gemm_config(tiles, w.n, w.k)
+        gemm = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
+        grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
         gemm.launch_dependent(grid, 32 * _build.GEMM_WARPS, stream,
                     w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
@@ -230,7 +233,7 @@ class W8a8Ctx:
             grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
         else:
             grid = (rows, 1, 1)
-        kernel.launch(grid, _build.QUANT_THREADS, stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
+        kernel.launch(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
         """Run only the activation quantizer of ``w``'s format (for tests and profiling).

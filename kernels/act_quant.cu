@@ -10,10 +10,82 @@
 // Scales are tested for zero on their bits: under -ftz a float comparison would take a
 // subnormal scale (a row of subnormal-sized values) for zero.
 
+namespace {
+
+// Eight values quantized with a nonzero scale, packed in 8 bytes: int8 rne(v / s) clamped to
+// +-127 (kInt8), or e4m3_rn(v / s) saturating at +-448.
+template <bool kInt8>
+__device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
+  uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t b;
+    if constexpr (kInt8) {
+      b = (uint32_t)(max(-127, min(127, __float2int_rn(gdn::div_rn(f[i], scale)))) & 0xff);
+    } else {
+      b = (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale));
+    }
+    packed[i >> 2] |= b << ((i & 3) * 8);
+  }
+  return make_uint2(packed[0], packed[1]);
+}
+
+// One token row quantized with one scale: s = amax / 127 (kInt8) or amax / 448; an all-zero row
+// gives s = 0 and zeros. One CTA a row, 8 values a thread an iteration; the first kKeep
+// iterations stay in registers between the amax pass and the quantizing pass, so a row of up to
+// kKeep * kThreads * 8 values is read from memory once.
+template <bool kInt8, typename T, int kThreads>
+__device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __restrict__ q,
+                                          float* __restrict__ s, int K, long long ldx) {
+  constexpr int kKeep = 3;
+  __shared__ uint32_t red[kThreads / 32];
+  const long long row = blockIdx.x;
+  const T* p_x = x + row * ldx;
+  uint8_t* p_q = q + row * (long long)K;
+  uint4 keep[kKeep];
+  uint32_t amax = 0u;
+#pragma unroll
+  for (int i = 0; i < kKeep; ++i) {
+    const int k = (i * kThreads + threadIdx.x) * 8;
+    if (k < K) {
+      keep[i] = __ldg(reinterpret_cast<const uint4*>(p_x + k));
+      float f[8];
+      gdn::unpack8<T>(keep[i], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+    }
+  }
+  for (int k = (kKeep * kThreads + threadIdx.x) * 8; k < K; k += kThreads * 8) {
+    float f[8];
+    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+  }
+  amax = gdn::block_max_bits<kThreads>(amax, red);
+  const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
+  if (threadIdx.x == 0) s[row] = scale;
+  const bool zero = __float_as_uint(scale) == 0u;
+#pragma unroll
+  for (int i = 0; i < kKeep; ++i) {
+    const int k = (i * kThreads + threadIdx.x) * 8;
+    if (k < K) {
+      float f[8];
+      gdn::unpack8<T>(keep[i], f);
+      *reinterpret_cast<uint2*>(p_q + k) = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+    }
+  }
+  for (int k = (kKeep * kThreads + threadIdx.x) * 8; k < K; k += kThreads * 8) {
+    float f[8];
+    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
+    *reinterpret_cast<uint2*>(p_q + k) = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+  }
+}
+
+}  // namespace
+
 // int8 per token: s = amax / 127; q = rne(x / s) clamped to +-127; an all-zero row gives s = 0
-// and zeros. One CTA a row; the row is read twice (amax, then quantize), the second time from
-// L1/L2.
-// T: bf16 or fp16.  kThreads: threads a CTA.
+// and zeros.
+// T: bf16 or fp16.  kThreads: threads a CTA.  Grid: (rows).
 // x: [rows, K] at row stride ldx (elements); q: [rows, K] int8; s: [rows] fp32.
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
@@ -22,33 +94,19 @@ act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __
   // Under programmatic dependent launch the GEMM that reads this output may start launching
   // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
-  __shared__ uint32_t red[kThreads / 32];
-  const long long row = blockIdx.x;
-  const T* p_x = x + row * ldx;
-  int8_t* p_q = q + row * (long long)K;
-  uint32_t amax = 0u;
-  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
-    float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = max(amax, gdn::abs_bits(f[i]));
-  }
-  amax = gdn::block_max_bits<kThreads>(amax, red);
-  const float scale = gdn::div_rn(__uint_as_float(amax), 127.f);
-  if (threadIdx.x == 0) s[row] = scale;
-  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
-    float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
-    uint32_t packed[2] = {0u, 0u};
-    if (__float_as_uint(scale) != 0u) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int v = max(-127, min(127, __float2int_rn(gdn::div_rn(f[i], scale))));
-        packed[i >> 2] |= (uint32_t)(v & 0xff) << ((i & 3) * 8);
-      }
-    }
-    *reinterpret_cast<uint2*>(p_q + k) = make_uint2(packed[0], packed[1]);
-  }
+  quant_row<true, T, kThreads>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+}
+
+// e4m3 per token: s = amax(row) / 448; q = e4m3_rn(x / s); as act_quant_int8_kernel otherwise.
+// x: [rows, K] at row stride ldx; q: [rows, K] e4m3 bytes; s: [rows] fp32.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
+                         int K, long long ldx) {
+  // Under programmatic dependent launch the GEMM that reads this output may start launching
+  // now; it waits for this kernel to complete before it reads anything this kernel writes.
+  gdn::pdl_launch_dependents();
+  quant_row<false, T, kThreads>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at
@@ -82,42 +140,6 @@ act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
     for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << (i * 8);
   }
   *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
-}
-
-// e4m3 per token: s = amax(row) / 448; q = e4m3_rn(x / s); as act_quant_int8_kernel otherwise.
-// x: [rows, K] at row stride ldx; q: [rows, K] e4m3 bytes; s: [rows] fp32.
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                         int K, long long ldx) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
-  __shared__ uint32_t red[kThreads / 32];
-  const long long row = blockIdx.x;
-  const T* p_x = x + row * ldx;
-  uint8_t* p_q = q + row * (long long)K;
-  uint32_t amax = 0u;
-  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
-    float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = max(amax, gdn::abs_bits(f[i]));
-  }
-  amax = gdn::block_max_bits<kThreads>(amax, red);
-  const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
-  if (threadIdx.x == 0) s[row] = scale;
-  for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
-    float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
-    uint32_t packed[2] = {0u, 0u};
-    if (__float_as_uint(scale) != 0u) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-        packed[i >> 2] |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << ((i & 3) * 8);
-    }
-    *reinterpret_cast<uint2*>(p_q + k) = make_uint2(packed[0], packed[1]);
-  }
 }
 
 // ---- SiLU-and-multiply fused into the quantization of a dense FFN's down-projection input ----
@@ -171,20 +193,8 @@ __device__ __forceinline__ void silu_mul_quant_row(const T* __restrict__ gu, uin
   for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
     float h[8];
     silu_mul8<T>(p_g + k, p_u + k, h);
-    uint32_t packed[2] = {0u, 0u};
-    if (__float_as_uint(scale) != 0u) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        uint32_t b;
-        if constexpr (kInt8) {
-          b = (uint32_t)(max(-127, min(127, __float2int_rn(gdn::div_rn(h[i], scale)))) & 0xff);
-        } else {
-          b = (uint32_t)gdn::e4m3_rn(gdn::div_rn(h[i], scale));
-        }
-        packed[i >> 2] |= b << ((i & 3) * 8);
-      }
-    }
-    *reinterpret_cast<uint2*>(p_q + k) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint2*>(p_q + k) =
+        __float_as_uint(scale) == 0u ? make_uint2(0u, 0u) : quant8<kInt8>(h, scale);
   }
 }
 

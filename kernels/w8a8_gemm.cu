@@ -48,28 +48,52 @@ __device__ __forceinline__ void mma_chunk(Acc (&d)[4], const uint32_t (&a)[4],
 
 }  // namespace
 
+// The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
+template <int kFmt, int kM, int kTiles, int kUnroll>
+struct Round {
+  // w[u][m]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of chunk u, tile m.
+  uint4 w[kUnroll][kM][4];
+  uint4 x[kUnroll][kTiles][2];
+  float sx[kUnroll][kTiles][2];  // block scales only
+  float sw[kUnroll][kM];         // block scales only
+};
+
 // kFmt: one of the formats above.  kWarps: K-split ways (warps a CTA).  kTiles: 8-token tiles a
-// CTA.  kUnroll: chunks each warp has in flight.  OutT: bf16 or fp16 output.  SwT: the weight
-// scale's type (fp32, or bf16 for block scales stored so).
+// CTA.  kM: 16-row weight tiles a CTA (every warp takes its K chunks of all of them, so a token
+// fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
+// round r + 1 before computing round r (twice the registers, loads always in flight).
+// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  OutT: bf16 or fp16
+// output.  SwT: the weight scale's type (fp32, or bf16 for block scales stored so).
+// None of kM, kUnroll, kPipe, kMinBlocks changes any output bit: a row's products, their chunk
+// partials and the order they are summed in depend on kWarps and K alone.
 // w: [N, K] 1-byte weight.  sw: [N] (per channel) or [ceil(N/128), K/128] (block) scales.
 // xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
 // out: [rows, N] at row stride ldc (elements).
-template <int kFmt, int kWarps, int kTiles, int kUnroll, typename OutT, typename SwT>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
+          typename OutT, typename SwT>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   using Acc = typename AccOf<kFmt>::type;
+  using R = Round<kFmt, kM, kTiles, kUnroll>;
   constexpr int kTokens = 8 * kTiles;
+  constexpr int kStep = kWarps * kUnroll;  // chunks between a warp's rounds
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * kTokens;
-  const int n0 = blockIdx.y * 16;
+  const int n0 = blockIdx.y * (16 * kM);
   const int chunks = K >> 7;
 
   // Rows past N or rows are clamped for loading (valid memory) and never stored.
-  const uint8_t* p_w0 = w + (long long)min(n0 + g, N - 1) * K + t * 16;
-  const uint8_t* p_w1 = w + (long long)min(n0 + g + 8, N - 1) * K + t * 16;
+  const uint8_t* p_w[kM][2];
+  int i_nb[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    p_w[m][0] = w + (long long)min(n0 + 16 * m + g, N - 1) * K + t * 16;
+    p_w[m][1] = w + (long long)min(n0 + 16 * m + g + 8, N - 1) * K + t * 16;
+    i_nb[m] = min(n0 + 16 * m, N - 1) >> 7;
+  }
   const uint8_t* p_x[kTiles];
   int i_tok[kTiles][2];
 #pragma unroll
@@ -79,113 +103,154 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
 
-  // With programmatic dependent launch (GDN_KERNELS_PDL=1) the kernel may start while the
-  // activation quantizer still runs: nothing it reads before this wait depends on the quantizer.
-  // Launched plainly, the wait returns at once.
-  gdn::pdl_wait();
-
-  Acc acc[kTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) acc[j][r] = Acc(0);
-
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    // b_w[u]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of chunk u.
-    uint4 b_w[kUnroll][4];
-    uint4 b_x[kUnroll][kTiles][2];
-    float b_s[kUnroll][kTiles][2];
-    float b_sw[kUnroll];
+  // The weight part of a round: independent of the kernel before this one.
+  auto load_w = [&](R& b, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         const long long off = (long long)c * 128;
-        b_w[u][0] = gdn::ld_stream_v4(p_w0 + off);
-        b_w[u][1] = gdn::ld_stream_v4(p_w1 + off);
-        b_w[u][2] = gdn::ld_stream_v4(p_w0 + off + 64);
-        b_w[u][3] = gdn::ld_stream_v4(p_w1 + off + 64);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          b.w[u][m][0] = gdn::ld_stream_v4(p_w[m][0] + off);
+          b.w[u][m][1] = gdn::ld_stream_v4(p_w[m][1] + off);
+          b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + 64);
+          b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + 64);
+          if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
+        }
+      }
+    }
+  };
+  // The activation part: written by the quantizer, read only after pdl_wait.
+  auto load_x = [&](R& b, int c0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
+        const long long off = (long long)c * 128;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
-          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
-        }
-        if constexpr (kFmt == kFp8Block) {
-          b_sw[u] = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
-#pragma unroll
-          for (int j = 0; j < kTiles; ++j) {
-            b_s[u][j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
-            b_s[u][j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
+          b.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
+          b.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
+          if constexpr (kFmt == kFp8Block) {
+            b.sx[u][j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
+            b.sx[u][j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
           }
         }
       }
     }
+  };
+
+  Acc acc[kM][kTiles][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[m][j][r] = Acc(0);
+
+  auto compute = [&](const R& b, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (c0 + u * kWarps < chunks) {
-        Acc part[kTiles][4];
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j)
+        for (int m = 0; m < kM; ++m) {
+          Acc part[kTiles][4];
 #pragma unroll
-          for (int r = 0; r < 4; ++r) part[j][r] = Acc(0);
+          for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 ra = b_w[u][2 * h], rb = b_w[u][2 * h + 1];
-          const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
-          const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
+            for (int r = 0; r < 4; ++r) part[j][r] = Acc(0);
 #pragma unroll
-          for (int j = 0; j < kTiles; ++j) {
-            const uint4 xb = b_x[u][j][h];
-            const uint32_t x0[2] = {xb.x, xb.y};
-            const uint32_t x1[2] = {xb.z, xb.w};
-            if constexpr (kFmt == kInt8) {
-              mma_chunk<kFmt>(acc[j], a0, x0);
-              mma_chunk<kFmt>(acc[j], a1, x1);
-            } else {
-              mma_chunk<kFmt>(part[j], a0, x0);
-              mma_chunk<kFmt>(part[j], a1, x1);
+          for (int h = 0; h < 2; ++h) {
+            const uint4 ra = b.w[u][m][2 * h], rb = b.w[u][m][2 * h + 1];
+            const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
+            const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) {
+              const uint4 xb = b.x[u][j][h];
+              const uint32_t x0[2] = {xb.x, xb.y};
+              const uint32_t x1[2] = {xb.z, xb.w};
+              if constexpr (kFmt == kInt8) {
+                mma_chunk<kFmt>(acc[m][j], a0, x0);
+                mma_chunk<kFmt>(acc[m][j], a1, x1);
+              } else {
+                mma_chunk<kFmt>(part[j], a0, x0);
+                mma_chunk<kFmt>(part[j], a1, x1);
+              }
             }
           }
-        }
-        // The fp8 tensor cores keep only about 13 bits of a running sum, so each 128-wide
-        // chunk's partial is promoted to an fp32 register accumulator (scaled by
-        // sx[token, kb] * sw[nb, kb] for block scales), in chunk order.
-        if constexpr (kFmt == kFp8Block) {
+          // The fp8 tensor cores keep only about 13 bits of a running sum, so each 128-wide
+          // chunk's partial is promoted to an fp32 register accumulator (scaled by
+          // sx[token, kb] * sw[nb, kb] for block scales), in chunk order.
+          if constexpr (kFmt == kFp8Block) {
 #pragma unroll
-          for (int j = 0; j < kTiles; ++j)
+            for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-            for (int r = 0; r < 4; ++r)
-              acc[j][r] = gdn::fma_rn(part[j][r], gdn::mul_rn(b_s[u][j][r & 1], b_sw[u]), acc[j][r]);
-        } else if constexpr (kFmt == kFp8Channel) {
+              for (int r = 0; r < 4; ++r)
+                acc[m][j][r] = gdn::fma_rn(part[j][r], gdn::mul_rn(b.sx[u][j][r & 1], b.sw[u][m]),
+                                           acc[m][j][r]);
+          } else if constexpr (kFmt == kFp8Channel) {
 #pragma unroll
-          for (int j = 0; j < kTiles; ++j)
+            for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc[j][r] = gdn::add_rn(acc[j][r], part[j][r]);
+              for (int r = 0; r < 4; ++r) acc[m][j][r] = gdn::add_rn(acc[m][j][r], part[j][r]);
+          }
         }
       }
+    }
+  };
+
+  // The first round's weight is requested before waiting on the quantizer: with programmatic
+  // dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while it still runs. Launched
+  // plainly, the wait returns at once.
+  if constexpr (kPipe) {
+    R cur, nxt;
+    load_w(cur, warp);
+    gdn::pdl_wait();
+    load_x(cur, warp);
+    for (int c0 = warp; c0 < chunks; c0 += kStep) {
+      const bool more = c0 + kStep < chunks;
+      if (more) {
+        load_w(nxt, c0 + kStep);
+        load_x(nxt, c0 + kStep);
+      }
+      compute(cur, c0);
+      if (more) cur = nxt;
+    }
+  } else {
+    R cur;
+    load_w(cur, warp);
+    gdn::pdl_wait();
+    for (int c0 = warp; c0 < chunks; c0 += kStep) {
+      if (c0 != warp) load_w(cur, c0);
+      load_x(cur, c0);
+      compute(cur, c0);
     }
   }
 
   // Split-K reduction over warps, in warp order, then the epilogue.
-  __shared__ Acc red[kWarps][kTiles * 4][32];
+  constexpr int kFrags = kM * kTiles * 4;
+  __shared__ Acc red[kWarps][kFrags][32];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j)
+  for (int m = 0; m < kM; ++m)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][j * 4 + r][lane] = acc[j][r];
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][(m * kTiles + j) * 4 + r][lane] = acc[m][j][r];
   __syncthreads();
-  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kWarps * 32) {
-    const int jr = e >> 5, l = e & 31;
-    const int j = jr >> 2, r = jr & 3;
-    const int n = n0 + (l >> 2) + (r >> 1) * 8;
+  for (int e = threadIdx.x; e < kFrags * 32; e += kWarps * 32) {
+    const int f = e >> 5, l = e & 31;
+    const int m = f / (kTiles * 4), j = (f >> 2) % kTiles, r = f & 3;
+    const int n = n0 + 16 * m + (l >> 2) + (r >> 1) * 8;
     const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
     if (n >= N || tok >= rows) continue;
-    Acc sum = red[0][jr][l];
+    Acc sum = red[0][f][l];
 #pragma unroll
     for (int v = 1; v < kWarps; ++v) {
       if constexpr (kFmt == kInt8) {
-        sum += red[v][jr][l];
+        sum += red[v][f][l];
       } else {
-        sum = gdn::add_rn(sum, red[v][jr][l]);
+        sum = gdn::add_rn(sum, red[v][f][l]);
       }
     }
     float y;

@@ -380,3 +380,33 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
     for x, out in zip(xs, outs):
         _, alone = run_proj(ctx, hw, x, "bfloat16")
         assert (out.get() == alone.view(np.uint16)).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_schedule_gives_the_same_bits(ctx, fmt):
+    """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy) change
+    no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
+    K whose chunks do not divide among the warps, writing nothing outside the output."""
+    import cupy
+
+    from gdn_kernels import _build
+    from gdn_kernels.bench import w8a8_gemm_launcher
+
+    rng = np.random.default_rng(11)
+    hw = HostWeight(rng, fmt, 300, 1280)
+    for rows in (1, 5, 16, 40):
+        x = random_activations(rng, rows, 1280, "bfloat16", outliers=True)
+        ok, want = run_proj(ctx, hw, x, "bfloat16")
+        assert ok
+        x_dev = cupy.asarray(x.view(np.uint16))
+        tiles = _build.gemm_tiles(rows)
+        for cfg in _build.sweep_cfgs(tiles):
+            offset, ldc = 8, hw.n + 3
+            size = rows * ldc + 2 * offset
+            out = poisoned(size)
+            ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
+            w8a8_gemm_launcher(ctx, hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
+            host = out.get()
+            assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} wrote outside"
+            got = region(host, offset, rows, hw.n, ldc)
+            assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} rows {rows} differs from the shipped schedule"

@@ -1,0 +1,112 @@
+"""Schedule sweep of the W8A8 GEMM: every schedule of ``_build.sweep_cfgs`` timed alone (graph
+replay, weights rotated beyond the L2) on the activations already quantized, beside the
+quantizer alone and the whole projection with plain and programmatic dependent launches.
+
+A schedule whose output differs by one bit from the shipped schedule's is reported as such and
+not timed. Writes ``name``.json and ``name``.md under --out; progress on stderr.
+
+    python bench/sweep_w8a8.py --out bench/results --name sweep_h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--name", default="sweep_w8a8")
+    ap.add_argument("--formats", default="int8,fp8_channel,fp8_block")
+    ap.add_argument("--rows", default="1,8,16,32,64")
+    ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
+    ap.add_argument("--replays", type=int, default=30)
+    args = ap.parse_args()
+
+    import cupy
+
+    from gdn_kernels import W8a8Ctx, _build, bench
+
+    shapes = SHAPES + [tuple(int(v) for v in s.split(",")) for s in args.shape]
+    rows_list = [int(r) for r in args.rows.split(",")]
+    meta = bench.base_meta()
+    meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
+    l2 = meta["device"]["l2_bytes"]
+    ctx = W8a8Ctx(max_rows=max(rows_list), max_k=max(k for _, k in shapes))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    records = []
+    t0 = time.time()
+    with stream:
+        for fmt in args.formats.split(","):
+            for n, k in shapes:
+                first = bench.random_w8a8_weight(fmt, n, k, 1)
+                nrot = bench.rotation_count(first.nbytes, l2)
+                weights = [first] + [bench.random_w8a8_weight(fmt, n, k, 2 + i) for i in range(nrot - 1)]
+                rs = cupy.random.RandomState(5)
+                x = (rs.standard_normal((max(rows_list), k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+                out = cupy.empty((max(rows_list), n), cupy.uint16)
+                ref_out = cupy.empty_like(out)
+                floor = first.nbytes / (meta["copy_bw_tbs"] * 1e12) * 1e6
+                for rows in rows_list:
+                    rec = {"format": fmt, "N": n, "K": k, "rows": rows, "floor_us": floor, "schedules": {}}
+
+                    def proj(w):
+                        return lambda: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+
+                    rec["proj_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
+                    _build.PDL_ENABLED = True
+                    rec["proj_pdl_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
+                    _build.PDL_ENABLED = False
+                    quant = [lambda: ctx.quantize_activations(first, x.data.ptr, k, rows, stream.ptr)] * nrot
+                    rec["quant_us"] = bench.time_graph(quant, stream, args.replays)
+                    # The shipped schedule's bits, then every schedule against them.
+                    ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
+                    tiles = _build.gemm_tiles(rows)
+                    for cfg in _build.sweep_cfgs(tiles):
+                        key = f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}"
+                        out.fill(0xFFFF)
+                        bench.w8a8_gemm_launcher(ctx, first, rows, out.data.ptr, n, stream.ptr, cfg)()
+                        same = bool((out[:rows] == ref_out[:rows]).all())
+                        if not same:
+                            rec["schedules"][key] = "DIFFERENT BITS"
+                            continue
+                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg)
+                                    for w in weights]
+                        rec["schedules"][key] = bench.time_graph(launches, stream, args.replays)
+                    timed = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
+                    rec["best"] = min(timed, key=timed.get) if timed else None
+                    records.append(rec)
+                    print(f"[{time.time() - t0:6.0f}s] {fmt} [{n}, {k}] rows {rows}: proj {rec['proj_us']:.2f} "
+                          f"pdl {rec['proj_pdl_us']:.2f} quant {rec['quant_us']:.2f} floor {floor:.2f} "
+                          f"best gemm {rec['best']} {timed.get(rec['best'], float('nan')):.2f}",
+                          file=sys.stderr, flush=True)
+                del weights, first
+                cupy.get_default_memory_pool().free_all_blocks()
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / f"{args.name}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    keys = sorted({kk for r in records for kk in r["schedules"]})
+    lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
+             "GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
+             "b (CTAs an SM); proj = quantizer + GEMM, plain and PDL.", "",
+             "| format | N | K | rows | floor | quant | proj | proj PDL | " + " | ".join(keys) + " |",
+             "|" + "---|" * (8 + len(keys))]
+    for r in records:
+        cells = [r["schedules"].get(kk, "") for kk in keys]
+        cells = [f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells]
+        lines.append(f"| {r['format']} | {r['N']} | {r['K']} | {r['rows']} | {r['floor_us']:.2f} | "
+                     f"{r['quant_us']:.2f} | {r['proj_us']:.2f} | {r['proj_pdl_us']:.2f} | " + " | ".join(cells) + " |")
+    (outdir / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
