@@ -35,7 +35,7 @@ for step in $steps; do
       done ;;
     main) run main main timeout 120 python3 -m gdn_kernels ;;
     bench) run bench bench_w8a8 python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_h200 ${BENCH_ARGS:-} ;;
-    bench_pdl) GDN_KERNELS_PDL=1 run bench bench_w8a8_pdl python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_pdl_h200 --no-torch --rows 1,2,4,8,16 ;;
+    bench_plain) GDN_KERNELS_PDL=0 run bench bench_w8a8_plain python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_plain_h200 --no-torch --rows 1,2,4,8,16 ;;
     sweep) run bench sweep_w8a8 python3 bench/sweep_w8a8.py --out "$OUT/results" --name sweep_w8a8_h200 ${SWEEP_ARGS:-} ;;
     bench_nvfp4) run bench bench_nvfp4 python3 bench/bench_nvfp4.py --out "$OUT/results" --name nvfp4_h200 ${BENCH_ARGS:-} ;;
     host) run bench host_overhead python3 bench/host_overhead.py ;;

@@ -61,10 +61,12 @@ def main() -> int:
                     def proj(w):
                         return lambda: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
 
+                    pdl = _build.PDL_ENABLED
+                    _build.PDL_ENABLED = False
                     rec["proj_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
                     _build.PDL_ENABLED = True
                     rec["proj_pdl_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
-                    _build.PDL_ENABLED = False
+                    _build.PDL_ENABLED = pdl
                     quant = [lambda: ctx.quantize_activations(first, x.data.ptr, k, rows, stream.ptr)] * nrot
                     rec["quant_us"] = bench.time_graph(quant, stream, args.replays)
                     # The shipped schedule's bits, then every schedule against them.

@@ -16,7 +16,8 @@ GDN_KERNELS_DEBUG
 GDN_KERNELS_NVTX
     ``1`` opens an NVTX range around every dispatch (see :mod:`gdn_kernels._nvtx`).
 GDN_KERNELS_PDL
-    ``1`` launches the GEMMs programmatically dependent on their quantizers (off by default: see
+    ``0`` launches the GEMMs plainly after their quantizers; by default they are launched
+    programmatically dependent on them (the GEMM's first weight loads overlap the quantizer; see
     bench/NOTES.md).
 """
 
@@ -30,8 +31,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-# Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=1: on).
-PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "0") not in ("", "0")
+# Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=0: off).
+PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "1") not in ("", "0")
 
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
@@ -91,7 +92,10 @@ SCALE_TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16"}
 FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK = 0, 1, 2
 
 QUANT_THREADS = 256
-ROW_QUANT_THREADS = 1024
+# CTAs of the cluster that quantizes one token row (GDN_QUANT_CLUSTER in kernels/act_quant.cu).
+QUANT_CLUSTER = 8
+# The fused SiLU quantizers take a whole token row in one CTA of this many threads.
+SILU_ROW_THREADS = 1024
 
 # Warps that split K in a W8A8 CTA: fixed, so a row's arithmetic never depends on the row count.
 GEMM_WARPS = 8
@@ -118,7 +122,7 @@ class GemmCfg:
         return f"{self.m}, {self.unroll}, {self.pipe}, {self.min_blocks}"
 
 
-# The schedule of each tile count before shape tuning.
+# The schedule of each tile count before shape tuning (the one the sweep compares with).
 GEMM_BASE = {1: GemmCfg(1, 4, 0, 1), 2: GemmCfg(1, 2, 0, 1), 4: GemmCfg(1, 2, 0, 1)}
 
 
@@ -127,14 +131,32 @@ def gemm_tiles(rows: int) -> int:
     return 1 if rows <= 8 else 2 if rows <= 16 else 4
 
 
-def gemm_config(tiles: int, n: int, k: int) -> GemmCfg:
-    """The schedule for a weight [n, k] at this tile count (see GEMM_CONFIGS)."""
-    return GEMM_BASE[tiles]
+# Weights of at most this many elements are too small to fill the GPU with one 16-row tile a CTA
+# at three CTAs a multiprocessor: they keep four chunks a warp in flight instead.
+_SMALL_WEIGHT = 1 << 23
 
 
-def gemm_configs(tiles: int) -> tuple[GemmCfg, ...]:
-    """Every schedule :func:`gemm_config` can return for this tile count."""
-    return (GEMM_BASE[tiles],)
+def gemm_config(fmt: int, tiles: int, n: int, k: int) -> GemmCfg:
+    """The schedule of a weight [n, k] of format ``fmt`` at this tile count: the fastest in the
+    H200 schedule sweep (bench/results/sweep_w8a8_h200.md) on the model shapes among those that
+    compile without local memory, as rules of the shape. Any schedule gives the same bits, so
+    this choice is free of numerics."""
+    small = n * k <= _SMALL_WEIGHT
+    if tiles == 1:
+        if small:
+            return GemmCfg(1, 4, 0, 1)
+        return GemmCfg(2, 1, 0, 3) if fmt == FMT_INT8 and k <= 2048 else GemmCfg(1, 2, 0, 3)
+    if tiles == 2:
+        if fmt == FMT_INT8:
+            return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 1, 0, 2)
+        return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 1)
+    return GemmCfg(2, 2, 0, 1) if fmt == FMT_INT8 else GemmCfg(1, 2, 0, 1)
+
+
+def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
+    """Every schedule :func:`gemm_config` can return for this format and tile count."""
+    probes = [(2048, 4096), (12288, 2048), (16384, 5120)]
+    return tuple(dict.fromkeys(gemm_config(fmt, tiles, n, k) for n, k in probes))
 
 
 def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:
@@ -146,10 +168,10 @@ def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: G
 
 
 def quant_threads(kind: str) -> int:
-    """Threads a CTA of an activation quantizer: a whole token row a CTA for the per-token kinds
-    (1024, so that a row of up to 24576 values is read once, see kernels/act_quant.cu), one warp a
-    128-group for the grouped ones."""
-    return QUANT_THREADS if kind.endswith("fp8_group") else ROW_QUANT_THREADS
+    """Threads a CTA of an activation quantizer (kernels/act_quant.cu): a whole token row a CTA
+    for the fused SiLU per-token kinds, 256 otherwise (a cluster of QUANT_CLUSTER CTAs a row for
+    the per-token kinds, one warp a 128-group for the grouped ones)."""
+    return SILU_ROW_THREADS if kind in ("silu_mul_int8", "silu_mul_fp8_row") else QUANT_THREADS
 
 
 def quant_instance(kind: str, dtype: str) -> str:
@@ -161,7 +183,7 @@ def _gemm_instances() -> tuple[str, ...]:
     for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK):
         scales = ("float32", "bfloat16") if fmt == FMT_FP8_BLOCK else ("float32",)
         for tiles in GEMM_TILES:
-            for cfg in gemm_configs(tiles):
+            for cfg in gemm_configs(fmt, tiles):
                 for out in OUT_TYPES:
                     for scale in scales:
                         names.append(gemm_instance(fmt, tiles, out, scale, cfg))

@@ -141,7 +141,7 @@ class W8a8Ctx:
         for fmt, code in _FMT.items():
             scales = ("float32", "bfloat16") if fmt is WeightFormat.FP8_BLOCK else ("float32",)
             for tiles in _build.GEMM_TILES:
-                for cfg in _build.gemm_configs(tiles):
+                for cfg in _build.gemm_configs(code, tiles):
                     for out in ACT_DTYPES:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
@@ -220,7 +220,7 @@ class W8a8Ctx:
         stride ``ldc``; ``stream`` a raw handle.
         """
         tiles = _build.gemm_tiles(rows)
-        cfg = _build.gemm_config(tiles, w.n, w.k)
+        cfg = _build.gemm_config(_FMT[w.format], tiles, w.n, w.k)
         gemm = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
         grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
         gemm.launch_dependent(grid, 32 * _build.GEMM_WARPS, stream,
@@ -232,7 +232,7 @@ class W8a8Ctx:
             warps = _build.QUANT_THREADS // 32
             grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
         else:
-            grid = (rows, 1, 1)
+            grid = (_build.QUANT_CLUSTER, rows, 1)
         kernel.launch(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):

@@ -30,83 +30,111 @@ __device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
   return make_uint2(packed[0], packed[1]);
 }
 
+// Cluster-wide max of one value a CTA (sm_90 thread block clusters): each CTA publishes its value
+// in shared memory, every thread reads all of them through distributed shared memory. The second
+// barrier keeps each CTA's shared memory alive until every CTA of the cluster has read it.
+template <int kCluster>
+__device__ __forceinline__ uint32_t cluster_max_bits(uint32_t v, uint32_t* slot) {
+  if (threadIdx.x == 0) *slot = v;
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  const uint32_t local = (uint32_t)__cvta_generic_to_shared(slot);
+  uint32_t m = 0u;
+#pragma unroll
+  for (int r = 0; r < kCluster; ++r) {
+    uint32_t remote, x;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(x) : "r"(remote) : "memory");
+    m = max(m, x);
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  return m;
+}
+
 // One token row quantized with one scale: s = amax / 127 (kInt8) or amax / 448; an all-zero row
-// gives s = 0 and zeros. One CTA a row, 8 values a thread an iteration; the first kKeep
-// iterations stay in registers between the amax pass and the quantizing pass, so a row of up to
-// kKeep * kThreads * 8 values is read from memory once.
-template <bool kInt8, typename T, int kThreads>
+// gives s = 0 and zeros. A cluster of kCluster CTAs a row (blockIdx.x its rank, blockIdx.y the
+// row), each a contiguous slice of whole 8-value groups, 8 values a thread an iteration. The row's
+// amax is exchanged through distributed shared memory, so the division work of a long row is
+// spread over kCluster multiprocessors; the first kKeep iterations stay in registers between the
+// amax pass and the quantizing pass.
+template <bool kInt8, typename T, int kThreads, int kCluster>
 __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __restrict__ q,
                                           float* __restrict__ s, int K, long long ldx) {
-  constexpr int kKeep = 3;
+  constexpr int kKeep = 2;
   __shared__ uint32_t red[kThreads / 32];
-  const long long row = blockIdx.x;
+  __shared__ uint32_t slot;
+  const long long row = blockIdx.y;
+  const int octets = K >> 3, per = (octets + kCluster - 1) / kCluster;
+  const int o0 = blockIdx.x * per, o1 = min(o0 + per, octets);
   const T* p_x = x + row * ldx;
   uint8_t* p_q = q + row * (long long)K;
   uint4 keep[kKeep];
   uint32_t amax = 0u;
 #pragma unroll
   for (int i = 0; i < kKeep; ++i) {
-    const int k = (i * kThreads + threadIdx.x) * 8;
-    if (k < K) {
-      keep[i] = __ldg(reinterpret_cast<const uint4*>(p_x + k));
+    const int o = o0 + i * kThreads + threadIdx.x;
+    if (o < o1) {
+      keep[i] = __ldg(reinterpret_cast<const uint4*>(p_x) + o);
       float f[8];
       gdn::unpack8<T>(keep[i], f);
 #pragma unroll
       for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
     }
   }
-  for (int k = (kKeep * kThreads + threadIdx.x) * 8; k < K; k += kThreads * 8) {
+  for (int o = o0 + kKeep * kThreads + threadIdx.x; o < o1; o += kThreads) {
     float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
+    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x) + o), f);
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
   }
-  amax = gdn::block_max_bits<kThreads>(amax, red);
+  amax = cluster_max_bits<kCluster>(gdn::block_max_bits<kThreads>(amax, red), &slot);
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
-  if (threadIdx.x == 0) s[row] = scale;
+  if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
   const bool zero = __float_as_uint(scale) == 0u;
 #pragma unroll
   for (int i = 0; i < kKeep; ++i) {
-    const int k = (i * kThreads + threadIdx.x) * 8;
-    if (k < K) {
+    const int o = o0 + i * kThreads + threadIdx.x;
+    if (o < o1) {
       float f[8];
       gdn::unpack8<T>(keep[i], f);
-      *reinterpret_cast<uint2*>(p_q + k) = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+      reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
     }
   }
-  for (int k = (kKeep * kThreads + threadIdx.x) * 8; k < K; k += kThreads * 8) {
+  for (int o = o0 + kKeep * kThreads + threadIdx.x; o < o1; o += kThreads) {
     float f[8];
-    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x + k)), f);
-    *reinterpret_cast<uint2*>(p_q + k) = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+    gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x) + o), f);
+    reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
   }
 }
 
 }  // namespace
 
+// Row quantizers run as clusters of this many CTAs a token row.
+#define GDN_QUANT_CLUSTER 8
+
 // int8 per token: s = amax / 127; q = rne(x / s) clamped to +-127; an all-zero row gives s = 0
 // and zeros.
-// T: bf16 or fp16.  kThreads: threads a CTA.  Grid: (rows).
+// T: bf16 or fp16.  kThreads: threads a CTA.  Grid: (GDN_QUANT_CLUSTER, rows).
 // x: [rows, K] at row stride ldx (elements); q: [rows, K] int8; s: [rows] fp32.
 template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
                       int K, long long ldx) {
   // Under programmatic dependent launch the GEMM that reads this output may start launching
   // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
-  quant_row<true, T, kThreads>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+  quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
 // e4m3 per token: s = amax(row) / 448; q = e4m3_rn(x / s); as act_quant_int8_kernel otherwise.
 // x: [rows, K] at row stride ldx; q: [rows, K] e4m3 bytes; s: [rows] fp32.
 template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          int K, long long ldx) {
   // Under programmatic dependent launch the GEMM that reads this output may start launching
   // now; it waits for this kernel to complete before it reads anything this kernel writes.
   gdn::pdl_launch_dependents();
-  quant_row<false, T, kThreads>(x, q, s, K, ldx);
+  quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at

@@ -362,8 +362,8 @@ def test_fp8_channel_agrees_with_torch_scaled_mm(ctx):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_back_to_back_calls_on_a_stream(ctx, fmt):
-    """Twenty calls in a row on a non-default stream (where GDN_KERNELS_PDL=1 launches each GEMM
-    programmatically dependent on its quantizer), different inputs sharing the one workspace,
+    """Twenty calls in a row on a non-default stream (where each GEMM is launched programmatically
+    dependent on its quantizer unless GDN_KERNELS_PDL=0), different inputs sharing the one workspace,
     must give the bits of the same calls made one at a time."""
     import cupy
 
