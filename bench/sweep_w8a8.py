@@ -67,7 +67,7 @@ def main() -> int:
                     _build.PDL_ENABLED = True
                     rec["proj_pdl_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
                     _build.PDL_ENABLED = pdl
-                    quant = [lambda: ctx.quantize_activations(first, x.data.ptr, k, rows, stream.ptr)] * nrot
+                    quant = [lambda w=first: ctx.quantize_activations(w, x.data.ptr, k, rows, stream.ptr)] * nrot
                     rec["quant_us"] = bench.time_graph(quant, stream, args.replays)
                     # The shipped schedule's bits, then every schedule against them.
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
