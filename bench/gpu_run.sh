@@ -13,9 +13,11 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/gdn_cupy_cache}
 export GDN_KERNELS_REQUIRE_GPU=1
 steps=${*:-tests sanitize main bench bench_nvfp4 host profile}
+# A second call with the same $OUT adds to summary.txt and results.tgz instead of replacing them.
+[ -f "$OUT/results.tgz" ] && tar -C "$OUT" -xzf "$OUT/results.tgz"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
   echo "commit ${GDN_KERNELS_COMMIT:-unknown}"
-  python3 -c 'import cupy; print("cupy", cupy.__version__)'; } >"$OUT/summary.txt" 2>&1
+  python3 -c 'import cupy; print("cupy", cupy.__version__)'; } >>"$OUT/summary.txt" 2>&1
 run() {
   local log=$1 name=$2; shift 2
   local t0=$SECONDS

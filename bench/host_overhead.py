@@ -4,7 +4,8 @@
 
 Times, per call and with a small weight so that the GPU keeps up with the host: the whole
 ``proj`` (raw-pointer arguments), the argument checks and ``supports`` alone, and the launches
-alone (``launch``: packing arguments and two driver launches). Prints a table.
+alone (``launch``: packing arguments and two driver launches), and for W8A8 each launch alone (the
+quantizer; the GEMM with programmatic dependent launch, the default, and plainly). Prints a table.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ def main() -> int:
     out = cupy.empty((rows, n), cupy.float16)
     xp, op, sp = x.data.ptr, out.data.ptr, stream.ptr
     wctx, fctx = W8a8Ctx(max_rows=16, max_k=1024), Nvfp4Ctx(max_rows=16, max_k=1024)
-    print(f"{'path':12s} {'proj us':>8s} {'checks us':>9s} {'launch us':>9s}")
+    from gdn_kernels import _build
+
+    print(f"{'path':12s} {'proj us':>8s} {'checks us':>9s} {'launch us':>9s} {'quant us':>9s} "
+          f"{'gemm us':>8s} {'gemm plain us':>13s}")
     for fmt in ("int8", "fp8_block", "nvfp4"):
         if fmt == "nvfp4":
             w, ctx, check = random_nvfp4_weight(n, k, 1), fctx, check_nvfp4_args
@@ -57,7 +61,15 @@ def main() -> int:
         full = per_call_us(lambda: ctx.proj(w, xp, k, rows, op, n, sp, dtype="float16"), sync=stream.synchronize)
         checks = per_call_us(lambda: (check(w, xp, k, rows, op, n, "float16"), ctx.supports(w, rows, "float16")))
         launch = per_call_us(lambda: ctx.launch(w, xp, k, rows, op, n, sp, "float16"), sync=stream.synchronize)
-        print(f"{fmt:12s} {full:8.2f} {checks:9.2f} {launch:9.2f}", flush=True)
+        quant = gemm = plain = float("nan")
+        if fmt != "nvfp4":
+            quant = per_call_us(lambda: ctx._quant_launch(w.format, xp, k, rows, k, sp, "float16"),
+                                sync=stream.synchronize)
+            gemm = per_call_us(lambda: ctx.gemm_on_workspace(w, rows, op, n, sp, "float16"), sync=stream.synchronize)
+            pdl, _build.PDL_ENABLED = _build.PDL_ENABLED, False
+            plain = per_call_us(lambda: ctx.gemm_on_workspace(w, rows, op, n, sp, "float16"), sync=stream.synchronize)
+            _build.PDL_ENABLED = pdl
+        print(f"{fmt:12s} {full:8.2f} {checks:9.2f} {launch:9.2f} {quant:9.2f} {gemm:8.2f} {plain:13.2f}", flush=True)
     return 0
 
 

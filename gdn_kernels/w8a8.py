@@ -145,7 +145,9 @@ class W8a8Ctx:
                     for out in ACT_DTYPES:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
-                            self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel("w8a8_gemm", name, _GEMM_ARGS)
+                            self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
+                                "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
+        self._gemm_by_shape = {}
         self._quant = {}
         self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
         for fmt, kind in _QUANT_KIND.items():
@@ -220,11 +222,16 @@ class W8a8Ctx:
         stride ``ldc``; ``stream`` a raw handle.
         """
         tiles = _build.gemm_tiles(rows)
-        cfg = _build.gemm_config(_FMT[w.format], tiles, w.n, w.k)
-        gemm = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
-        grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
-        gemm.launch_dependent(grid, 32 * _build.GEMM_WARPS, stream,
-                    w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
+        key = (w.format, tiles, w.n, w.k, dtype, w.scale_dtype)
+        entry = self._gemm_by_shape.get(key)
+        if entry is None:
+            # The schedule depends on the shape alone: chosen once per shape, then looked up.
+            cfg = _build.gemm_config(_FMT[w.format], tiles, w.n, w.k)
+            entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)],
+                                                -(-w.n // (16 * cfg.m)), cfg.threads)
+        gemm, grid_y, threads = entry
+        gemm.launch_dependent((-(-rows // (8 * tiles)), grid_y, 1), threads, stream,
+                              w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
         kernel = self._quant[(fmt, dtype)]

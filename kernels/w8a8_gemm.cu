@@ -264,3 +264,186 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
   }
 }
+
+// ---- The same GEMM with the weight staged in shared memory by bulk copies ----
+//
+// Arithmetic, K split and reduction order are w8a8_gemm_kernel's (so its output bits are the
+// same), but the weight does not pass through registers: a producer warp copies each round of
+// the CTA's 16 rows (warp w's chunk w + 8r for every w: 1 KB of each row) into one of kStages
+// shared-memory stages with cp.async.bulk, counted on that stage's "full" mbarrier; the 8
+// compute warps read their chunk from the stage and release it on its "empty" mbarrier. Bytes in
+// flight are kStages * 16 KB a CTA without costing registers, and every copy reads 128 to 1024
+// contiguous bytes of a row. With programmatic dependent launch the first kStages rounds are
+// requested before waiting on the quantizer; activations are read from global memory (L2) after.
+// Rows are padded by 64 bytes in shared memory so that the 8 rows g a load instruction touches
+// fall on different banks.
+template <int kFmt, int kTiles, int kStages, int kMinBlocks, typename OutT, typename SwT>
+__global__ void __launch_bounds__(9 * 32, kMinBlocks)
+w8a8_bulk_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                 const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                 OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  using Acc = typename AccOf<kFmt>::type;
+  constexpr int kWarps = 8;  // compute warps: the K split of w8a8_gemm_kernel
+  constexpr int kRow = 1024 + 64;
+  constexpr int kStage = 16 * kRow;
+  constexpr int kTokens = 8 * kTiles;
+  extern __shared__ __align__(128) uint8_t stages[];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  __shared__ Acc red[kWarps][kTiles * 4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tok0 = blockIdx.x * kTokens;
+  const int n0 = blockIdx.y * 16;
+  const int chunks = K >> 7;
+  const int rounds = (chunks + kWarps - 1) / kWarps;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      gdn::mbar_init(&full[s], 1);
+      gdn::mbar_init(&empty[s], kWarps);
+    }
+    gdn::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kWarps) {
+    // Producer: one thread issues every copy. Rows past N are clamped (valid memory, never
+    // stored).
+    if (lane == 0) {
+      const uint8_t* p_row = w + (long long)n0 * K;
+      const int last = N - 1 - n0;
+      for (int r = 0; r < rounds; ++r) {
+        const int slot = r % kStages;
+        if (r >= kStages) gdn::mbar_wait(&empty[slot], (r / kStages - 1) & 1);
+        const uint32_t bytes = (uint32_t)min(kWarps, chunks - r * kWarps) * 128u;
+        gdn::mbar_arrive_expect_tx(&full[slot], 16u * bytes);
+        uint8_t* dst = stages + slot * kStage;
+#pragma unroll 4
+        for (int i = 0; i < 16; ++i)
+          gdn::bulk_g2s(dst + i * kRow, p_row + (long long)min(i, last) * K + (long long)r * 1024, bytes,
+                        &full[slot]);
+      }
+    }
+    return;
+  }
+
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* p_x[kTiles];
+  int i_tok[kTiles][2];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    p_x[j] = xq + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 16;
+    i_tok[j][0] = min(tok0 + j * 8 + 2 * t, rows - 1);
+    i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
+  }
+  gdn::pdl_wait();
+
+  Acc acc[kTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[j][r] = Acc(0);
+
+  for (int r = 0; r < rounds; ++r) {
+    const int c = warp + r * kWarps;
+    const int slot = r % kStages;
+    const bool mine = c < chunks;
+    uint4 xb[kTiles][2];
+    float s_x[kTiles][2], s_w = 0.f;
+    if (mine) {
+      const long long off = (long long)c * 128;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        xb[j][0] = gdn::ld_nc_v4(p_x[j] + off);
+        xb[j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
+        if constexpr (kFmt == kFp8Block) {
+          s_x[j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
+          s_x[j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
+        }
+      }
+      if constexpr (kFmt == kFp8Block) s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+    }
+    gdn::mbar_wait(&full[slot], (r / kStages) & 1);
+    uint4 wb[4];
+    if (mine) {
+      const uint8_t* base = stages + slot * kStage + warp * 128 + t * 16;
+      wb[0] = *reinterpret_cast<const uint4*>(base + g * kRow);
+      wb[1] = *reinterpret_cast<const uint4*>(base + (g + 8) * kRow);
+      wb[2] = *reinterpret_cast<const uint4*>(base + g * kRow + 64);
+      wb[3] = *reinterpret_cast<const uint4*>(base + (g + 8) * kRow + 64);
+    }
+    __syncwarp();
+    if (lane == 0) gdn::mbar_arrive(&empty[slot]);
+    if (mine) {
+      Acc part[kTiles][4];
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) part[j][q] = Acc(0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 ra = wb[2 * h], rb = wb[2 * h + 1];
+        const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
+        const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          const uint32_t x0[2] = {xb[j][h].x, xb[j][h].y};
+          const uint32_t x1[2] = {xb[j][h].z, xb[j][h].w};
+          if constexpr (kFmt == kInt8) {
+            mma_chunk<kFmt>(acc[j], a0, x0);
+            mma_chunk<kFmt>(acc[j], a1, x1);
+          } else {
+            mma_chunk<kFmt>(part[j], a0, x0);
+            mma_chunk<kFmt>(part[j], a1, x1);
+          }
+        }
+      }
+      // Promotion of each chunk's fp8 partial, as in w8a8_gemm_kernel.
+      if constexpr (kFmt == kFp8Block) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            acc[j][q] = gdn::fma_rn(part[j][q], gdn::mul_rn(s_x[j][q & 1], s_w), acc[j][q]);
+      } else if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[j][q] = gdn::add_rn(acc[j][q], part[j][q]);
+      }
+    }
+  }
+
+  // Split-K reduction over the compute warps, in warp order, then the epilogue (the producer
+  // warp has left: a named barrier over the compute warps).
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) red[warp][j * 4 + q][lane] = acc[j][q];
+  gdn::bar_sync(1, kWarps * 32);
+  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kWarps * 32) {
+    const int f = e >> 5, l = e & 31;
+    const int j = f >> 2, q = f & 3;
+    const int n = n0 + (l >> 2) + (q >> 1) * 8;
+    const int tok = tok0 + j * 8 + 2 * (l & 3) + (q & 1);
+    if (n >= N || tok >= rows) continue;
+    Acc sum = red[0][f][l];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) {
+      if constexpr (kFmt == kInt8) {
+        sum += red[v][f][l];
+      } else {
+        sum = gdn::add_rn(sum, red[v][f][l]);
+      }
+    }
+    float y;
+    if constexpr (kFmt == kInt8) {
+      y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), sx[tok]), to_float(sw[n]));
+    } else if constexpr (kFmt == kFp8Channel) {
+      y = gdn::mul_rn(gdn::mul_rn(sum, sx[tok]), to_float(sw[n]));
+    } else {
+      y = sum;
+    }
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+  }
+}
