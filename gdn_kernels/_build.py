@@ -107,39 +107,22 @@ GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
 
 @dataclass(frozen=True)
 class GemmCfg:
-    """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu).
-
-    ``stages`` 0: w8a8_gemm_kernel, the weight loaded into registers: ``m`` 16-row weight tiles a
+    """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu): ``m`` 16-row weight tiles a
     CTA, ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before
-    computing this one. ``stages`` > 0: w8a8_bulk_kernel, the weight staged through that many
-    16 KB shared-memory stages by bulk copies (one weight tile a CTA). ``min_blocks``: CTAs a
-    multiprocessor should hold. No field changes an output bit (the K split is GEMM_WARPS ways in
-    every schedule), so the schedule may depend on the shape and the row count freely."""
+    computing this one, ``min_blocks`` CTAs a multiprocessor should hold. No field changes an
+    output bit (the K split is GEMM_WARPS ways at every schedule), so the schedule may depend on
+    the shape and the row count freely."""
 
     m: int = 1
     unroll: int = 4
     pipe: int = 0
     min_blocks: int = 1
-    stages: int = 0
 
-    @property
-    def threads(self) -> int:
-        return 32 * (GEMM_WARPS + 1) if self.stages else 32 * GEMM_WARPS
-
-    @property
-    def smem(self) -> int:
-        """Dynamic shared memory of a CTA, bytes (BULK_STAGE_BYTES a stage)."""
-        return self.stages * BULK_STAGE_BYTES
+    threads = 32 * GEMM_WARPS
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
-        if self.stages:
-            return f"w8a8_bulk_kernel<{fmt}, {tiles}, {self.stages}, {self.min_blocks}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {out_t}, {scale_t}>")
-
-
-# A stage of w8a8_bulk_kernel: 16 weight rows of 1 KB, each padded by 64 bytes.
-BULK_STAGE_BYTES = 16 * (1024 + 64)
 
 
 # The schedule of each tile count before shape tuning (the one the sweep compares with).
@@ -168,7 +151,7 @@ def gemm_config(fmt: int, tiles: int, n: int, k: int) -> GemmCfg:
         return GemmCfg(2, 1, 0, 3) if fmt == FMT_INT8 and k <= 2048 else GemmCfg(1, 2, 0, 3)
     if tiles == 2:
         if fmt == FMT_INT8:
-            return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 1, 0, 2)
+            return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         return GemmCfg(1, 2, 0, 2)
     return GemmCfg(2, 2, 0, 1) if fmt == FMT_INT8 else GemmCfg(1, 2, 0, 1)
 
@@ -213,14 +196,12 @@ SWEEP_CFGS = (
     GemmCfg(1, 4, 0, 1), GemmCfg(1, 2, 0, 1), GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 0, 3), GemmCfg(1, 1, 1, 2),
     GemmCfg(1, 2, 1, 1), GemmCfg(2, 2, 0, 1), GemmCfg(2, 1, 1, 1), GemmCfg(2, 1, 0, 3),
     GemmCfg(4, 1, 0, 2), GemmCfg(4, 2, 0, 1), GemmCfg(8, 1, 0, 1),
-    GemmCfg(1, 0, 0, 2, stages=6), GemmCfg(1, 0, 0, 3, stages=4), GemmCfg(1, 0, 0, 4, stages=3),
-    GemmCfg(1, 0, 0, 2, stages=4),
 )
 
 
 def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
-    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles <= 2))
+    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8)
 
 
 def _sweep_instances() -> tuple[str, ...]:
@@ -295,10 +276,9 @@ class Kernel:
     _CU_LAUNCH_PARAM_BUFFER_POINTER = 1
     _CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 
-    def __init__(self, ptr: int, fmt: str, name: str, smem: int = 0):
+    def __init__(self, ptr: int, fmt: str, name: str):
         self.ptr = ptr
         self.name = name
-        self.smem = smem
         self._struct = struct.Struct("@" + fmt)
         self._local = threading.local()
 
@@ -321,7 +301,7 @@ class Kernel:
     def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, self.smem, stream, 0, extra_addr)
+        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, 0, extra_addr)
 
     def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         """Launch with programmatic dependent launch: the kernel may start while the preceding
@@ -333,7 +313,7 @@ class Kernel:
             return
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _pdl_launch(self.ptr, grid, block, self.smem, stream, extra_addr)
+        _pdl_launch(self.ptr, grid, block, stream, extra_addr)
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -375,8 +355,8 @@ def _ex_launcher():
     return fn
 
 
-def _pdl_launch(func: int, grid, block: int, smem: int, stream: int, extra_addr: int) -> None:
-    # One launch configuration per (grid, block, smem, stream), built once per thread: a call only
+def _pdl_launch(func: int, grid, block: int, stream: int, extra_addr: int) -> None:
+    # One launch configuration per (grid, block, stream), built once per thread: a call only
     # looks it up and calls the driver.
     global _LAUNCH_EX
     if _LAUNCH_EX is None:
@@ -385,7 +365,7 @@ def _pdl_launch(func: int, grid, block: int, smem: int, stream: int, extra_addr:
         configs = _pdl_state.configs
     except AttributeError:
         configs = _pdl_state.configs = {}
-    key = (grid, block, smem, stream)
+    key = (grid, block, stream)
     entry = configs.get(key)
     if entry is None:
         if len(configs) > 4096:
@@ -396,7 +376,6 @@ def _pdl_launch(func: int, grid, block: int, smem: int, stream: int, extra_addr:
         cfg = _LaunchConfig()
         cfg.grid[0], cfg.grid[1], cfg.grid[2] = grid
         cfg.block[0], cfg.block[1], cfg.block[2] = block, 1, 1
-        cfg.shared_mem = smem
         cfg.stream = stream
         cfg.attrs = ctypes.pointer(attr)
         cfg.num_attrs = 1
@@ -438,9 +417,7 @@ class DeviceModules:
                 self._modules[family] = mod
             return mod
 
-    def kernel(self, family: str, name: str, fmt: str, smem: int = 0) -> Kernel:
-        """The kernel ``name`` of ``family``, launched with ``smem`` bytes of dynamic shared
-        memory (allowed beyond the 48 KB default here, once)."""
+    def kernel(self, family: str, name: str, fmt: str) -> Kernel:
         key = (family, name)
         k = self._kernels.get(key)
         if k is None:
@@ -449,9 +426,7 @@ class DeviceModules:
             mod = self.module(family)
             with cupy.cuda.Device(self.device_id):
                 fn = mod.get_function(name)
-                if smem > 48 * 1024:
-                    fn.max_dynamic_shared_size_bytes = smem
-                k = Kernel(fn.kernel.ptr, fmt, name, smem)
+                k = Kernel(fn.kernel.ptr, fmt, name)
             self._kernels[key] = k
         return k
 

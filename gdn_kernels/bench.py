@@ -322,7 +322,7 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
 
     tiles = _build.gemm_tiles(rows)
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
-    kern = ctx.modules.kernel(family, name, "PPPPPqiii", cfg.smem)
+    kern = ctx.modules.kernel(family, name, "PPPPPqiii")
     xq, xs = ctx.workspace
     grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
 

@@ -146,7 +146,7 @@ class W8a8Ctx:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
                             self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
-                                "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
+                                "w8a8_gemm", name, _GEMM_ARGS)
         self._gemm_by_shape = {}
         self._quant = {}
         self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
