@@ -73,7 +73,8 @@ def main() -> int:
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
                     for cfg in _build.sweep_cfgs(tiles):
-                        key = f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}"
+                        key = (f"tiled{cfg.stages}" if cfg.stages else
+                               f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, first, rows, out.data.ptr, n, stream.ptr, cfg)()
                         same = bool((out[:rows] == ref_out[:rows]).all())

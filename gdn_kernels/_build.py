@@ -107,20 +107,37 @@ GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
 
 @dataclass(frozen=True)
 class GemmCfg:
-    """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu): ``m`` 16-row weight tiles a
-    CTA, ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before
-    computing this one, ``min_blocks`` CTAs a multiprocessor should hold. No field changes an
-    output bit (the K split is GEMM_WARPS ways at every schedule), so the schedule may depend on
-    the shape and the row count freely."""
+    """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu).
+
+    ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
+    ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
+    this one, ``min_blocks`` CTAs a multiprocessor should hold. ``stages`` > 0:
+    w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
+    (for many rows). No field changes an output bit (both kernels do the decode kernel's
+    arithmetic, K split GEMM_WARPS ways), so the schedule may depend on the shape and the row
+    count freely."""
 
     m: int = 1
     unroll: int = 4
     pipe: int = 0
     min_blocks: int = 1
+    stages: int = 0
 
     threads = 32 * GEMM_WARPS
 
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory of a CTA in bytes (a 16 KB weight and an 8 KB token tile a stage)."""
+        return self.stages * (128 + 64) * 128
+
+    def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
+        if self.stages:
+            return (-(-rows // 64), -(-n // 128), 1)
+        return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
+
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
+        if self.stages:
+            return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {out_t}, {scale_t}>")
 
@@ -196,12 +213,13 @@ SWEEP_CFGS = (
     GemmCfg(1, 4, 0, 1), GemmCfg(1, 2, 0, 1), GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 0, 3), GemmCfg(1, 1, 1, 2),
     GemmCfg(1, 2, 1, 1), GemmCfg(2, 2, 0, 1), GemmCfg(2, 1, 1, 1), GemmCfg(2, 1, 0, 3),
     GemmCfg(4, 1, 0, 2), GemmCfg(4, 2, 0, 1), GemmCfg(8, 1, 0, 1),
+    GemmCfg(stages=2), GemmCfg(stages=3), GemmCfg(stages=4),
 )
 
 
 def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
-    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8)
+    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles == 4))
 
 
 def _sweep_instances() -> tuple[str, ...]:
@@ -276,9 +294,10 @@ class Kernel:
     _CU_LAUNCH_PARAM_BUFFER_POINTER = 1
     _CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 
-    def __init__(self, ptr: int, fmt: str, name: str):
+    def __init__(self, ptr: int, fmt: str, name: str, smem: int = 0):
         self.ptr = ptr
         self.name = name
+        self.smem = smem
         self._struct = struct.Struct("@" + fmt)
         self._local = threading.local()
 
@@ -301,7 +320,7 @@ class Kernel:
     def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, 0, extra_addr)
+        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, self.smem, stream, 0, extra_addr)
 
     def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         """Launch with programmatic dependent launch: the kernel may start while the preceding
@@ -313,7 +332,7 @@ class Kernel:
             return
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _pdl_launch(self.ptr, grid, block, stream, extra_addr)
+        _pdl_launch(self.ptr, grid, block, self.smem, stream, extra_addr)
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -355,8 +374,8 @@ def _ex_launcher():
     return fn
 
 
-def _pdl_launch(func: int, grid, block: int, stream: int, extra_addr: int) -> None:
-    # One launch configuration per (grid, block, stream), built once per thread: a call only
+def _pdl_launch(func: int, grid, block: int, smem: int, stream: int, extra_addr: int) -> None:
+    # One launch configuration per (grid, block, smem, stream), built once per thread: a call only
     # looks it up and calls the driver.
     global _LAUNCH_EX
     if _LAUNCH_EX is None:
@@ -365,7 +384,7 @@ def _pdl_launch(func: int, grid, block: int, stream: int, extra_addr: int) -> No
         configs = _pdl_state.configs
     except AttributeError:
         configs = _pdl_state.configs = {}
-    key = (grid, block, stream)
+    key = (grid, block, smem, stream)
     entry = configs.get(key)
     if entry is None:
         if len(configs) > 4096:
@@ -376,6 +395,7 @@ def _pdl_launch(func: int, grid, block: int, stream: int, extra_addr: int) -> No
         cfg = _LaunchConfig()
         cfg.grid[0], cfg.grid[1], cfg.grid[2] = grid
         cfg.block[0], cfg.block[1], cfg.block[2] = block, 1, 1
+        cfg.shared_mem = smem
         cfg.stream = stream
         cfg.attrs = ctypes.pointer(attr)
         cfg.num_attrs = 1
@@ -417,7 +437,9 @@ class DeviceModules:
                 self._modules[family] = mod
             return mod
 
-    def kernel(self, family: str, name: str, fmt: str) -> Kernel:
+    def kernel(self, family: str, name: str, fmt: str, smem: int = 0) -> Kernel:
+        """The kernel ``name`` of ``family``, launched with ``smem`` bytes of dynamic shared
+        memory (allowed beyond the 48 KB default here, once)."""
         key = (family, name)
         k = self._kernels.get(key)
         if k is None:
@@ -426,7 +448,9 @@ class DeviceModules:
             mod = self.module(family)
             with cupy.cuda.Device(self.device_id):
                 fn = mod.get_function(name)
-                k = Kernel(fn.kernel.ptr, fmt, name)
+                if smem > 48 * 1024:
+                    fn.max_dynamic_shared_size_bytes = smem
+                k = Kernel(fn.kernel.ptr, fmt, name, smem)
             self._kernels[key] = k
         return k
 

@@ -322,9 +322,9 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
 
     tiles = _build.gemm_tiles(rows)
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
-    kern = ctx.modules.kernel(family, name, "PPPPPqiii")
+    kern = ctx.modules.kernel(family, name, "PPPPPqiii", cfg.smem)
     xq, xs = ctx.workspace
-    grid = (-(-rows // (8 * tiles)), -(-w.n // (16 * cfg.m)), 1)
+    grid = cfg.grid(rows, w.n, tiles)
 
     def launch():
         kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)

@@ -146,7 +146,7 @@ class W8a8Ctx:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
                             self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
-                                "w8a8_gemm", name, _GEMM_ARGS)
+                                "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
         self._gemm_by_shape = {}
         self._quant = {}
         self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
@@ -227,10 +227,9 @@ class W8a8Ctx:
         if entry is None:
             # The schedule depends on the shape alone: chosen once per shape, then looked up.
             cfg = _build.gemm_config(_FMT[w.format], tiles, w.n, w.k)
-            entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)],
-                                                -(-w.n // (16 * cfg.m)), cfg.threads)
-        gemm, grid_y, threads = entry
-        gemm.launch_dependent((-(-rows // (8 * tiles)), grid_y, 1), threads, stream,
+            entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)], cfg)
+        gemm, cfg = entry
+        gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream,
                               w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:

@@ -34,6 +34,15 @@ struct AccOf<kInt8> {
 };
 
 __device__ __forceinline__ float to_float(float v) { return v; }
+
+// Shared-memory rows of 128 bytes with the 16-byte unit u of row r at u ^ 4 (r & 1).
+__device__ __forceinline__ int swz(int r, int u) { return r * 128 + ((u ^ ((r & 1) << 2)) << 4); }
+__device__ __forceinline__ void cp_async_row(uint8_t* base, int r, int u, const uint8_t* src_row) {
+  gdn::cp_async16(base + swz(r, u), src_row + u * 16);
+}
+__device__ __forceinline__ uint4 lds_row(const uint8_t* base, int r, int u) {
+  return *reinterpret_cast<const uint4*>(base + swz(r, u));
+}
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <int kFmt, typename Acc>
@@ -44,6 +53,25 @@ __device__ __forceinline__ void mma_chunk(Acc (&d)[4], const uint32_t (&a)[4],
   } else {
     gdn::mma_e4m3_16832(d, a, b);
   }
+}
+
+// Adds the finished sums of decode warp v (acc) into the total as w8a8_gemm_kernel's reduction
+// does (the first taken as it is, then add_rn in warp order; int8 exactly), and clears acc.
+template <int kFmt, typename Acc>
+__device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], int v) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kFmt == kInt8) {
+          sum[m][j][r] += acc[m][j][r];
+        } else {
+          sum[m][j][r] = v == 0 ? acc[m][j][r] : gdn::add_rn(sum[m][j][r], acc[m][j][r]);
+        }
+        acc[m][j][r] = Acc(0);
+      }
 }
 
 }  // namespace
@@ -263,4 +291,181 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
   }
+}
+
+// ---- Many rows: a tiled GEMM with the same per-row arithmetic ----
+//
+// From 32 rows on, w8a8_gemm_kernel re-reads every token tile once per 16 weight rows. This
+// kernel stages a 128-row weight tile and a 64-token activation tile through shared memory
+// (cp.async, kStages stages of one 128-wide chunk) and gives each of its 8 warps a 32 x 32 output
+// tile, so each byte loaded feeds 4 to 8 MMAs. Its arithmetic is w8a8_gemm_kernel's, so a row's
+// output bits do not depend on which of the two kernels ran (bitwise row invariance):
+// - the same MMAs on the same bytes in the same order within a chunk (thread (g, t) feeds the
+//   16 bytes at 16t of each 64-byte half of its rows to two k32 MMAs), read from shared memory;
+// - the chunks taken in the decode kernel's warp order (w = 0..7, chunks w, w + 8, ...): the
+//   partials of one w are promoted into a running sum as that kernel's warp w does, and the 8 sums
+//   are added in w order, as its shared-memory reduction does (int8 sums are exact in any order).
+// Shared rows are 128 bytes; the 16-byte unit u of row r is stored at u ^ 4 (r & 1), so the 8
+// lanes of a quarter warp (rows 2p and 2p+1, units t) fall on distinct banks.
+template <int kFmt, int kStages, typename OutT, typename SwT>
+__global__ void __launch_bounds__(256)
+w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  using Acc = typename AccOf<kFmt>::type;
+  constexpr int kN = 128, kT = 64;  // CTA tile: weight rows x tokens
+  constexpr int kStageA = kN * 128, kStageB = kT * 128;
+  constexpr int kSplit = 8;  // w8a8_gemm_kernel's K split
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wn = warp & 3, wt = warp >> 2;  // warp tile: rows 32 wn.., tokens 32 wt..
+  const int n0 = blockIdx.y * kN, tok0 = blockIdx.x * kT;
+  const int chunks = K >> 7;
+
+  // Chunk i of this CTA's sequence, in the decode kernel's warp order.
+  const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
+  auto chunk_at = [&](int i) {
+    int v = 0;
+    for (; v < kSplit; ++v) {
+      const int cnt = per + (v < extra);
+      if (i < cnt) break;
+      i -= cnt;
+    }
+    return v + i * kSplit;
+  };
+
+  auto load = [&](int stage, int c) {
+    uint8_t* a = smem + stage * (kStageA + kStageB);
+    uint8_t* b = a + kStageA;
+#pragma unroll
+    for (int q = 0; q < kN * 8 / 256; ++q) {
+      const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
+      cp_async_row(a, r, u, w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128);
+    }
+#pragma unroll
+    for (int q = 0; q < kT * 8 / 256; ++q) {
+      const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
+      cp_async_row(b, r, u, xq + (long long)min(tok0 + r, rows - 1) * K + (long long)c * 128);
+    }
+  };
+
+  Acc acc[2][4][4], sum[2][4][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[m][j][r] = sum[m][j][r] = Acc(0);
+
+  int i_tok[4][2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    i_tok[j][0] = min(tok0 + wt * 32 + j * 8 + 2 * t, rows - 1);
+    i_tok[j][1] = min(tok0 + wt * 32 + j * 8 + 2 * t + 1, rows - 1);
+  }
+
+  gdn::pdl_wait();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load(s, chunk_at(s));
+    gdn::cp_async_commit();
+  }
+  int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
+  for (int i = 0; i < chunks; ++i) {
+    if (i + kStages - 1 < chunks) load((i + kStages - 1) % kStages, chunk_at(i + kStages - 1));
+    gdn::cp_async_commit();
+    gdn::cp_async_wait<kStages - 1>();
+    __syncthreads();
+    // Empty decode warps (chunks < 8) contribute +0 to the sum, as there.
+    while (left == 0) {
+      fold<kFmt>(sum, acc, v);
+      ++v;
+      left = per + (v < extra);
+    }
+    const int c = v + (per + (v < extra) - left) * kSplit;
+    const uint8_t* a = smem + (i % kStages) * (kStageA + kStageB);
+    const uint8_t* b = a + kStageA;
+    float s_w = 0.f, s_x[4][2];
+    if constexpr (kFmt == kFp8Block) {
+      s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        s_x[j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
+        s_x[j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
+      }
+    }
+    Acc part[2][4][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) part[m][j][r] = Acc(0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint4 xb[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xb[j] = lds_row(b, wt * 32 + j * 8 + g, h * 4 + t);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const uint4 ra = lds_row(a, wn * 32 + m * 16 + g, h * 4 + t);
+        const uint4 rb = lds_row(a, wn * 32 + m * 16 + g + 8, h * 4 + t);
+        const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
+        const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t x0[2] = {xb[j].x, xb[j].y};
+          const uint32_t x1[2] = {xb[j].z, xb[j].w};
+          if constexpr (kFmt == kInt8) {
+            mma_chunk<kFmt>(acc[m][j], a0, x0);
+            mma_chunk<kFmt>(acc[m][j], a1, x1);
+          } else {
+            mma_chunk<kFmt>(part[m][j], a0, x0);
+            mma_chunk<kFmt>(part[m][j], a1, x1);
+          }
+        }
+      }
+    }
+    if constexpr (kFmt == kFp8Block) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            acc[m][j][r] = gdn::fma_rn(part[m][j][r], gdn::mul_rn(s_x[j][r & 1], s_w), acc[m][j][r]);
+    } else if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[m][j][r] = gdn::add_rn(acc[m][j][r], part[m][j][r]);
+    }
+    --left;
+    __syncthreads();
+  }
+  for (; v < kSplit; ++v) fold<kFmt>(sum, acc, v);
+
+  // Epilogue: c0, c1 row g, tokens 2t, 2t+1; c2, c3 row g + 8.
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int n = n0 + wn * 32 + m * 16 + g + (r >> 1) * 8;
+        const int tok = tok0 + wt * 32 + j * 8 + 2 * t + (r & 1);
+        if (n >= N || tok >= rows) continue;
+        float y;
+        if constexpr (kFmt == kInt8) {
+          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum[m][j][r]), sx[tok]), to_float(sw[n]));
+        } else if constexpr (kFmt == kFp8Channel) {
+          y = gdn::mul_rn(gdn::mul_rn(sum[m][j][r], sx[tok]), to_float(sw[n]));
+        } else {
+          y = sum[m][j][r];
+        }
+        out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+      }
 }

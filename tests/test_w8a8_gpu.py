@@ -394,7 +394,7 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
     rng = np.random.default_rng(11)
     hw = HostWeight(rng, fmt, 300, 1280)
-    for rows in (1, 5, 16, 40):
+    for rows in (1, 5, 16, 40, 100):
         x = random_activations(rng, rows, 1280, "bfloat16", outliers=True)
         ok, want = run_proj(ctx, hw, x, "bfloat16")
         assert ok
