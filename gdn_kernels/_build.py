@@ -156,11 +156,12 @@ def gemm_tiles(rows: int) -> int:
 _SMALL_WEIGHT = 1 << 23
 
 
-def gemm_config(fmt: int, tiles: int, n: int, k: int) -> GemmCfg:
-    """The schedule of a weight [n, k] of format ``fmt`` at this tile count: the fastest in the
-    H200 schedule sweep (bench/results/sweep_w8a8_h200.md) on the model shapes among those that
+def gemm_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
+    """The schedule of a weight [n, k] of format ``fmt`` at this row count: the fastest in the
+    H200 schedule sweeps (bench/results/sweep_w8a8_*.md) on the model shapes among those that
     compile without local memory, as rules of the shape. Any schedule gives the same bits, so
     this choice is free of numerics."""
+    tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
         if small:
@@ -170,13 +171,18 @@ def gemm_config(fmt: int, tiles: int, n: int, k: int) -> GemmCfg:
         if fmt == FMT_INT8:
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         return GemmCfg(1, 2, 0, 2)
-    return GemmCfg(2, 2, 0, 1) if fmt == FMT_INT8 else GemmCfg(1, 2, 0, 1)
+    # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
+    tiled_ctas = -(-n // 128) * -(-rows // 64)
+    if fmt == FMT_INT8:
+        return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
+    return GemmCfg(stages=4) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count."""
-    probes = [(2048, 4096), (12288, 2048), (16384, 5120)]
-    return tuple(dict.fromkeys(gemm_config(fmt, tiles, n, k) for n, k in probes))
+    probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
+    rows = {1: (1,), 2: (16,), 4: (32, 256)}[tiles]
+    return tuple(dict.fromkeys(gemm_config(fmt, r, n, k) for n, k in probes for r in rows))
 
 
 def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:

@@ -6,9 +6,20 @@
 // computes one block's sum exactly; the block's scale product is exact in fp32 (two e4m3); the
 // only rounding is the fp32 accumulation over blocks, in a K order that depends on K alone.
 //
+// The main loop runs no conversion instruction (sm_90 issues those at 1/8 of the fp32 rate):
+// - the MMA accumulates onto the bits of M = 1.5 * 2^119, whose ulp is 2^96, so its result read
+//   as fp32 is X = M + isum * 2^96 exactly (|isum| <= 16 * 12 * 12 < 2^22);
+// - a weight scale becomes T = sw * 2^-120 by placing its bits (e4m3 subnormals become fp32
+//   subnormals, which the non-ftz wrappers of convert.cuh keep);
+// - fma(X, T, -M * T) = isum * sw * 2^-24 exactly, and acc' = fma(that, sa, acc') is acc =
+//   fma(isum, sa * sw, acc) scaled by 2^-24, rounding for rounding: sa and sw are e4m3 values
+//   (multiples of 2^-9), so sa * sw is exact and every term and partial sum is a multiple of
+//   2^-18, zero or at least 2^-18 in magnitude (2^-42 once scaled): normal, where rounding
+//   commutes with powers of two. The epilogue scales the sum back by 2^24, exactly.
+//
 // Layouts: the weight is read in the checkpoint layout (packed [N, K/2], block scales e4m3
 // [N, K/16]); the activations come from fp4_quant_kernel in the operand form (int8 [rows, K] in
-// mma layout, fp32 block scales [rows, K/16], gs [rows]).
+// mma layout, fp32 block scales [rows, K/16] holding e4m3 values, gs [rows]).
 //
 // Tiling, as in w8a8_gemm.cu: a warp owns 16 weight rows (the MMA's M side) and the CTA's tokens
 // (8 a tile); the CTA's warps split K into 128-value chunks (warp w: chunks w, w + kWarps, ...)
@@ -23,44 +34,72 @@
 
 namespace {
 
-// D = A * B + D, A [16, 16] s8 row-major, B [16, 8] s8 col-major, int32 accumulation.
-__device__ __forceinline__ void mma_s8_16816(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
-      "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(b));
+// The accumulator bits the int32 block sums are read against: M = 1.5 * 2^119 (see the header);
+// -M as fp32.
+constexpr int kMagic = 0x7B400000;
+constexpr float kNegMagic = -0x1.8p119f;
+
+// D = A * B + C, A [16, 16] s8 row-major, B [16, 8] s8 col-major, int32 accumulation, with C
+// = kMagic: x = D read as fp32, X = M + isum * 2^96. kMagicC: C is the MMA's accumulator input,
+// no instruction a block but a register quad live across the MMAs; else the MMA starts from 0
+// and an integer add an element follows, which keeps the 1-tile instance at 128 registers (two
+// CTAs an SM) where the quad takes it to ~170.
+template <bool kMagicC>
+__device__ __forceinline__ void mma_s8_16816(float (&x)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  int d[4];
+  if constexpr (kMagicC) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b), "r"(kMagic));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 "
+        "{%0, %1, %2, %3}, {%4, %5}, {%6}, {0, 0, 0, 0};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b));
+#pragma unroll
+    for (int r = 0; r < 4; ++r) d[r] += kMagic;
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) x[r] = __int_as_float(d[r]);
 }
 
-// Quad transpose: on entry thread t holds a weight row's blocks 2t (words 0, 1) and 2t+1 (words
-// 2, 3); on exit v[s] holds unit t (codes 4t..4t+3) of block 2s (low half) and 2s+1 (high half).
-__device__ __forceinline__ void quad_transpose(const uint4& w, uint32_t (&v)[4], int t) {
-  v[0] = gdn::prmt(w.x, w.z, 0x5410u);
-  v[1] = gdn::prmt(w.x, w.z, 0x7632u);
-  v[2] = gdn::prmt(w.y, w.w, 0x5410u);
-  v[3] = gdn::prmt(w.y, w.w, 0x7632u);
-  // Element (source s, destination d) starts at lane s, slot d and ends at lane d, slot s: each
-  // round swaps across one bit of the lane the elements whose s and d differ in that bit.
-  const bool p = t & 1;
-  uint32_t a = __shfl_xor_sync(0xffffffffu, p ? v[0] : v[1], 1);
-  uint32_t b = __shfl_xor_sync(0xffffffffu, p ? v[2] : v[3], 1);
-  if (p) {
-    v[0] = a;
-    v[2] = b;
-  } else {
-    v[1] = a;
-    v[3] = b;
-  }
-  const bool q = t & 2;
-  a = __shfl_xor_sync(0xffffffffu, q ? v[0] : v[2], 2);
-  b = __shfl_xor_sync(0xffffffffu, q ? v[1] : v[3], 2);
-  if (q) {
-    v[0] = a;
-    v[1] = b;
-  } else {
-    v[2] = a;
-    v[3] = b;
-  }
+// Quad transpose: on entry thread t holds a weight row's blocks 2t (words x, y: units 0, 1 and
+// 2, 3) and 2t+1 (words z, w); on exit v[j] holds unit t (codes 4t..4t+3) of block j (low half)
+// and of block j+4 (high half). q, p: bits 1 and 0 of t; keep, send: quad_selector(q, p) and
+// quad_selector(q, !p). 12 lane-local instructions against 16 for the pairing (2s, 2s+1).
+__device__ __forceinline__ void quad_transpose(const uint4& w, uint32_t (&v)[4], bool q, bool p,
+                                               uint32_t keep, uint32_t send) {
+  // Round 1, lanes t and t^2: keep units 2q, 2q+1 of both blocks, trade the other two.
+  const uint32_t kx = q ? w.y : w.x, kz = q ? w.w : w.z;
+  const uint32_t rx = __shfl_xor_sync(0xffffffffu, q ? w.x : w.y, 2);
+  const uint32_t rz = __shfl_xor_sync(0xffffffffu, q ? w.z : w.w, 2);
+  // Now kx, rx hold those units of blocks 2t and 2(t^2), which are blocks 2p and 2p+4, and
+  // kz, rz of blocks 2p+1 and 2p+5. Round 2, lanes t and t^1: pair each block with the one 4
+  // above it (the lower in the low half), keep unit t, send unit t^1.
+  const uint32_t k0 = gdn::prmt(kx, rx, keep), k1 = gdn::prmt(kz, rz, keep);
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, gdn::prmt(kx, rx, send), 1);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, gdn::prmt(kz, rz, send), 1);
+  // k0, k1: blocks (2p, 2p+4), (2p+1, 2p+5); r0, r1: the same of the partner, 2(1-p) for 2p.
+  v[0] = p ? r0 : k0;
+  v[1] = p ? r1 : k1;
+  v[2] = p ? k0 : r0;
+  v[3] = p ? k1 : r1;
+}
+
+// The round-2 selectors of quad_transpose for thread t: unit u of (kx, rx) with the lower block
+// (kx's for q = 0, rx's for q = 1) in the low half; keep takes unit t (u = p), send unit t^1.
+__device__ __forceinline__ uint32_t quad_selector(bool q, bool u) {
+  return q ? (u ? 0x3276u : 0x1054u) : (u ? 0x7632u : 0x5410u);
+}
+
+// e4m3 byte i of w -> its value times 2^-120 as fp32, exactly: sign to bit 31, the 7 magnitude
+// bits to bits 20..26, so the e4m3 exponent field is the fp32 one (a bias of 7 against 127) and
+// a subnormal e4m3 is the fp32 subnormal. (The NaN codes 0x7f and 0xff read as +-480.)
+__device__ __forceinline__ float e4m3_bits(uint32_t w, int i) {
+  return __uint_as_float((uint32_t)((int)(w << (24 - 8 * i)) >> 4) & 0x87F00000u);
 }
 
 }  // namespace
@@ -68,7 +107,7 @@ __device__ __forceinline__ void quad_transpose(const uint4& w, uint32_t (&v)[4],
 // kWarps: K-split ways.  kTiles: 8-token tiles a CTA.  kUnroll: chunks in flight a warp.
 // OutT: bf16 or fp16.
 // w: [N, K/2] packed codes.  sw: [N, K/16] e4m3.  scale2: the weight's global scale.
-// xd: [rows, K] int8 operand (mma layout).  sx: [rows, K/16] fp32.  gs: [rows] fp32.
+// xd: [rows, K] int8 operand (mma layout).  sx: [rows, K/16] fp32 (e4m3 values).  gs: [rows] fp32.
 // out: [rows, N] at row stride ldc.
 template <int kWarps, int kTiles, int kUnroll, typename OutT>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -98,10 +137,13 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     p_sx[j][0] = sx + (long long)min(tok0 + j * 8 + 2 * t, rows - 1) * blocks;
     p_sx[j][1] = sx + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
   }
+  const bool tq = t & 2, tp = t & 1;
+  const uint32_t sel_keep = quad_selector(tq, tp), sel_send = quad_selector(tq, !tp);
 
   // Programmatic dependent launch: see w8a8_gemm.cu.
   gdn::pdl_wait();
 
+  // acc * 2^-24 (see the header).
   float acc[kTiles][4];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
@@ -132,20 +174,9 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         uint32_t v0[4], v1[4];
-        quad_transpose(b_w[u][0], v0, t);
-        quad_transpose(b_w[u][1], v1, t);
-        // Weight block scales of rows g and g+8 for the chunk's 8 blocks.
-        float s0[8], s1[8];
+        quad_transpose(b_w[u][0], v0, tq, tp, sel_keep, sel_send);
+        quad_transpose(b_w[u][1], v1, tq, tp, sel_keep, sel_send);
         const uint32_t sw0[2] = {b_sw[u][0].x, b_sw[u][0].y}, sw1[2] = {b_sw[u][1].x, b_sw[u][1].y};
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          const float2 a = gdn::e4m3x2_to_float2(sw0[h >> 1] >> (16 * (h & 1)));
-          const float2 b = gdn::e4m3x2_to_float2(sw1[h >> 1] >> (16 * (h & 1)));
-          s0[2 * h] = a.x;
-          s0[2 * h + 1] = a.y;
-          s1[2 * h] = b.x;
-          s1[2 * h + 1] = b.y;
-        }
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           const uint32_t xw[8] = {b_x[u][j][0].x, b_x[u][j][0].y, b_x[u][j][0].z, b_x[u][j][0].w,
@@ -158,16 +189,24 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
           const float sa1[8] = {sa1l.x, sa1l.y, sa1l.z, sa1l.w, sa1h.x, sa1h.y, sa1h.z, sa1h.w};
 #pragma unroll
           for (int b = 0; b < 8; ++b) {
-            const int sh = 16 * (b & 1);
-            const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b >> 1] >> sh) & 0xffffu);
-            const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b >> 1] >> sh) & 0xffffu);
-            int d[4] = {0, 0, 0, 0};
-            mma_s8_16816(d, a0, a1, xw[b]);
-            // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g+8.
-            acc[j][0] = gdn::fma_rn(__int2float_rn(d[0]), gdn::mul_rn(sa0[b], s0[b]), acc[j][0]);
-            acc[j][1] = gdn::fma_rn(__int2float_rn(d[1]), gdn::mul_rn(sa1[b], s0[b]), acc[j][1]);
-            acc[j][2] = gdn::fma_rn(__int2float_rn(d[2]), gdn::mul_rn(sa0[b], s1[b]), acc[j][2]);
-            acc[j][3] = gdn::fma_rn(__int2float_rn(d[3]), gdn::mul_rn(sa1[b], s1[b]), acc[j][3]);
+            // A operands of block b: a0 row g, a1 row g+8 (see quad_transpose for the halves).
+            const int sh = 16 * (b >> 2);
+            const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b & 3] >> sh) & 0xffffu);
+            const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b & 3] >> sh) & 0xffffu);
+            // Weight block scales of rows g and g+8 as T = sw * 2^-120, and -M * T (exact).
+            const float t0 = e4m3_bits(sw0[b >> 2], b & 3), t1 = e4m3_bits(sw1[b >> 2], b & 3);
+            const float n0 = gdn::mul_rn(t0, kNegMagic), n1 = gdn::mul_rn(t1, kNegMagic);
+            float x[4];
+            mma_s8_16816<(kTiles > 1)>(x, a0, a1, xw[b]);
+            // d0, d1: row g, tokens 2t, 2t+1; d2, d3: row g+8. Each term: isum * sw * 2^-24, exact.
+            const float y0 = gdn::fma_rn(x[0], t0, n0);
+            const float y1 = gdn::fma_rn(x[1], t0, n0);
+            const float y2 = gdn::fma_rn(x[2], t1, n1);
+            const float y3 = gdn::fma_rn(x[3], t1, n1);
+            acc[j][0] = gdn::fma_rn(y0, sa0[b], acc[j][0]);
+            acc[j][1] = gdn::fma_rn(y1, sa1[b], acc[j][1]);
+            acc[j][2] = gdn::fma_rn(y2, sa0[b], acc[j][2]);
+            acc[j][3] = gdn::fma_rn(y3, sa1[b], acc[j][3]);
           }
         }
       }
@@ -190,6 +229,8 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     float sum = red[0][jr][l];
 #pragma unroll
     for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    // Undo the 2^-24 of the accumulation (exact), then as before.
+    sum = gdn::mul_rn(sum, 0x1p24f);
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
   }
 }
