@@ -4,10 +4,12 @@
 //
 // The weight is the MMA's A operand (N on the M side, 16 weight rows a warp) and the quantized
 // activations its B operand (8 tokens a tile), so at 1-16 rows every weight byte is loaded once,
-// 16 bytes a thread. A CTA owns 16 weight rows and kTokens tokens; its kWarps warps split K into
-// 128-wide chunks (warp w takes chunks w, w + kWarps, ...) and are reduced in shared memory in
-// warp order. The split depends on nothing but K, so a row's arithmetic is the same at every row
-// count (bitwise row invariance).
+// 16 bytes a thread. A CTA owns kM tiles of 16 weight rows and kTokens tokens; its kWarps warps
+// split K into 128-wide chunks (warp w takes chunks w, w + kWarps, ...) and are reduced in shared
+// memory in warp order. The split depends on nothing but K, so a row's arithmetic is the same at
+// every row count (bitwise row invariance); the schedule parameters (kM, chunks in flight,
+// pipelining, occupancy) and the tiled kernel for many rows at the end of the file do the same
+// arithmetic and are chosen by shape (gdn_kernels/_build.py gemm_config).
 //
 // Operand layout: mma.m16n8k32 wants thread (g = lane / 4, t = lane % 4) to hold A row g (and
 // g + 8) at k = 4t..4t+3 and 16+4t..16+4t+3, and B column g at the same k. Any permutation of k
