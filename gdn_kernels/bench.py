@@ -250,6 +250,23 @@ def _fp8_block_cols(qx, sx, q8, s, cols):
     return out
 
 
+def _case_buffers(n: int, k: int, max_rows: int, l2_bytes: int, seed: int):
+    """The inputs a benchmark case shares between its projection and cuBLAS bf16, on the current
+    stream: x [max_rows, k] random bf16 bits (by truncation: never zero), out [max_rows, n], bf16
+    weight copies for cuBLAS that together exceed the L2 rotation, their output, and the output
+    columns whose values are checked against the reference."""
+    import cupy
+
+    rs = cupy.random.RandomState(seed + 1000)
+    x = (rs.standard_normal((max_rows, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+    out = cupy.empty((max_rows, n), cupy.uint16)
+    wb = [(rs.standard_normal((n, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+          for _ in range(rotation_count(2 * n * k, l2_bytes))]
+    out_bf16 = cupy.empty((max_rows, n), cupy.uint16)
+    cols = np.random.default_rng(seed).choice(n, min(n, 96), replace=False)
+    return x, out, wb, out_bf16, cols
+
+
 def bench_w8a8_case(ctx, fmt, n: int, k: int, rows_list, copy_bw: float, l2_bytes: int, *,
                     peers=None, seed: int = 0, replays: int = 50) -> list[Record]:
     """Time ``ctx.proj`` (activation quantization included) on a random weight [n, k] of ``fmt``
@@ -276,16 +293,7 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
     first = random_w8a8_weight(fmt, n, k, seed)
     nrot = rotation_count(first.nbytes, l2_bytes)
     weights = [first] + [random_w8a8_weight(fmt, n, k, seed + 1 + i) for i in range(nrot - 1)]
-    rs = cupy.random.RandomState(seed + 1000)
-    max_rows = max(rows_list)
-    x32 = rs.standard_normal((max_rows, k), dtype=cupy.float32)
-    x = (x32.view(cupy.uint32) >> 16).astype(cupy.uint16)  # bf16 by truncation: random, never zero
-    out = cupy.empty((max_rows, n), cupy.uint16)
-    nrot_bf16 = rotation_count(2 * n * k, l2_bytes)
-    wb = [(rs.standard_normal((n, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
-          for _ in range(nrot_bf16)]
-    out_bf16 = cupy.empty((max_rows, n), cupy.uint16)
-    cols = np.random.default_rng(seed).choice(n, min(n, 96), replace=False)
+    x, out, wb, out_bf16, cols = _case_buffers(n, k, max(rows_list), l2_bytes, seed)
     records = []
     for rows in rows_list:
         out.fill(0xFFFF)
@@ -372,15 +380,7 @@ def bench_nvfp4_case(ctx, n: int, k: int, rows_list, copy_bw: float, l2_bytes: i
         first = random_nvfp4_weight(n, k, seed)
         nrot = rotation_count(first.nbytes, l2_bytes)
         weights = [first] + [random_nvfp4_weight(n, k, seed + 1 + i) for i in range(nrot - 1)]
-        rs = cupy.random.RandomState(seed + 1000)
-        max_rows = max(rows_list)
-        x = (rs.standard_normal((max_rows, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
-        out = cupy.empty((max_rows, n), cupy.uint16)
-        nrot_bf16 = rotation_count(2 * n * k, l2_bytes)
-        wb = [(rs.standard_normal((n, k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
-              for _ in range(nrot_bf16)]
-        out_bf16 = cupy.empty((max_rows, n), cupy.uint16)
-        cols = np.random.default_rng(seed).choice(n, min(n, 96), replace=False)
+        x, out, wb, out_bf16, cols = _case_buffers(n, k, max(rows_list), l2_bytes, seed)
         records = []
         for rows in rows_list:
             out.fill(0xFFFF)
