@@ -34,7 +34,6 @@ def main() -> int:
     import cupy
 
     from gdn_kernels import W8a8Ctx, _build, bench
-    from gdn_kernels.w8a8 import _FMT
 
     shapes = SHAPES + [tuple(int(v) for v in s.split(",")) for s in args.shape]
     rows_list = [int(r) for r in args.rows.split(",")]
@@ -62,49 +61,29 @@ def main() -> int:
                     def proj(w):
                         return lambda: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
 
-                    def timed_proj(pdl, fused_rows, ws):
-                        saved = _build.PDL_ENABLED, _build.FUSED_MAX_ROWS
-                        _build.PDL_ENABLED, _build.FUSED_MAX_ROWS = pdl, fused_rows
-                        ctx._proj_by_shape.clear()
-                        try:
-                            return bench.time_graph([proj(w) for w in ws], stream, args.replays)
-                        finally:
-                            _build.PDL_ENABLED, _build.FUSED_MAX_ROWS = saved
-                            ctx._proj_by_shape.clear()
-
-                    shipped = _build.FUSED_MAX_ROWS
-                    rec["proj_us"] = timed_proj(False, shipped, weights)
-                    rec["proj_pdl_us"] = timed_proj(True, shipped, weights)
-                    # The two forms of a 1-8 row projection, both with PDL: quantizer + GEMM, fused.
-                    if rows <= 8:
-                        rec["proj_pdl_unfused_us"] = timed_proj(True, 0, weights)
-                        rec["proj_pdl_fused_us"] = timed_proj(True, 8, weights)
+                    pdl = _build.PDL_ENABLED
+                    _build.PDL_ENABLED = False
+                    rec["proj_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
+                    _build.PDL_ENABLED = True
+                    rec["proj_pdl_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
+                    _build.PDL_ENABLED = pdl
                     quant = [lambda w=first: ctx.quantize_activations(w, x.data.ptr, k, rows, stream.ptr)] * nrot
                     rec["quant_us"] = bench.time_graph(quant, stream, args.replays)
                     # The shipped schedule's bits, then every schedule against them.
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
-                    fused = _build.FUSED_SWEEP_CFGS if tiles == 1 else ()
-                    for cfg in _build.sweep_cfgs(tiles) + fused:
+                    for cfg in _build.sweep_cfgs(tiles):
                         key = (f"tiled{cfg.stages}" if cfg.stages else
-                               ("fused_" if cfg.fused else "") + f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
-                        if cfg.fused and _build.fused_smem(_FMT[first.format], rows, k) > _build.FUSED_SMEM_MAX:
-                            continue
-                        # The GEMM alone reads the workspace the quantizer filled; a fused one is a
-                        # whole projection (it quantizes x itself).
-                        ctx.quantize_activations(first, x.data.ptr, k, rows, stream.ptr)
+                               f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
                         out.fill(0xFFFF)
-
-                        def launcher(w):
-                            return bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg,
-                                                            x_ptr=x.data.ptr, ldx=k)
-
-                        launcher(first)()
+                        bench.w8a8_gemm_launcher(ctx, first, rows, out.data.ptr, n, stream.ptr, cfg)()
                         same = bool((out[:rows] == ref_out[:rows]).all())
                         if not same:
                             rec["schedules"][key] = "DIFFERENT BITS"
                             continue
-                        rec["schedules"][key] = bench.time_graph([launcher(w) for w in weights], stream, args.replays)
+                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg)
+                                    for w in weights]
+                        rec["schedules"][key] = bench.time_graph(launches, stream, args.replays)
                     timed = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
                     rec["best"] = min(timed, key=timed.get) if timed else None
                     records.append(rec)
@@ -120,16 +99,11 @@ def main() -> int:
     keys = sorted({kk for r in records for kk in r["schedules"]})
     lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
              "GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
-             "b (CTAs an SM); fused_*: the whole projection in one kernel that quantizes x itself "
-             "(plain launches); proj = ctx.proj (shipped choice), plain and PDL; PDL unfused / fused: ctx.proj with "
-             "PDL as quantizer + GEMM, or fused at every row count it takes (up to 8, shared memory allowing); "
-             "quant = the quantizer alone.", "",
-             "| format | N | K | rows | floor | quant | proj | proj PDL | PDL unfused | PDL fused | "
-             + " | ".join(keys) + " |",
-             "|" + "---|" * (10 + len(keys))]
+             "b (CTAs an SM); proj = quantizer + GEMM, plain and PDL.", "",
+             "| format | N | K | rows | floor | quant | proj | proj PDL | " + " | ".join(keys) + " |",
+             "|" + "---|" * (8 + len(keys))]
     for r in records:
-        cells = [r.get("proj_pdl_unfused_us", ""), r.get("proj_pdl_fused_us", "")]
-        cells += [r["schedules"].get(kk, "") for kk in keys]
+        cells = [r["schedules"].get(kk, "") for kk in keys]
         cells = [f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells]
         lines.append(f"| {r['format']} | {r['N']} | {r['K']} | {r['rows']} | {r['floor_us']:.2f} | "
                      f"{r['quant_us']:.2f} | {r['proj_us']:.2f} | {r['proj_pdl_us']:.2f} | " + " | ".join(cells) + " |")

@@ -111,28 +111,24 @@ class GemmCfg:
 
     ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
-    this one, ``min_blocks`` CTAs a multiprocessor should hold; ``fused`` 1: w8a8_fused_kernel,
-    the same for rows 1-8 with the activations quantized by every CTA itself (no quantizer
-    kernel; its dynamic shared memory is :func:`fused_smem`). ``stages`` > 0:
+    this one, ``min_blocks`` CTAs a multiprocessor should hold. ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
-    (for many rows). No field changes an output bit (all kernels do the decode kernel's
-    arithmetic on the quantizer's bytes, K split GEMM_WARPS ways), so the schedule may depend on
-    the shape and the row count freely."""
+    (for many rows). No field changes an output bit (both kernels do the decode kernel's
+    arithmetic, K split GEMM_WARPS ways), so the schedule may depend on the shape and the row
+    count freely."""
 
     m: int = 1
     unroll: int = 4
     pipe: int = 0
     min_blocks: int = 1
     stages: int = 0
-    fused: int = 0
 
     threads = 32 * GEMM_WARPS
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory of a CTA in bytes (a 16 KB weight and an 8 KB token tile a stage);
-        for a fused schedule the most a launch may ask for (:data:`FUSED_SMEM_MAX`)."""
-        return FUSED_SMEM_MAX if self.fused else self.stages * (128 + 64) * 128
+        """Dynamic shared memory of a CTA in bytes (a 16 KB weight and an 8 KB token tile a stage)."""
+        return self.stages * (128 + 64) * 128
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.stages:
@@ -142,9 +138,6 @@ class GemmCfg:
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {out_t}, {scale_t}>"
-        if self.fused:
-            return (f"w8a8_fused_kernel<{fmt}, {self.m}, {self.unroll}, {self.pipe}, {self.min_blocks}, "
-                    f"{out_t}, {scale_t}>")
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {out_t}, {scale_t}>")
 
@@ -186,35 +179,11 @@ def gemm_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     return GemmCfg(stages=4) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
-# Rows a fused GEMM (w8a8_fused_kernel) quantizes in every CTA at most, and the most dynamic
-# shared memory it may take for them (two CTAs a multiprocessor still fit).
-FUSED_MAX_ROWS = 2
-FUSED_SMEM_MAX = 100 * 1024
-
-
-def fused_smem(fmt: int, rows: int, k: int) -> int:
-    """Dynamic shared memory of a w8a8_fused_kernel CTA: the quantized rows at a stride of
-    k + 16 bytes, then their fp32 scales (one a row, or one a 128-group for block scales)."""
-    scales = k // 128 if fmt == FMT_FP8_BLOCK else 1
-    return rows * (k + 16) + 4 * rows * scales
-
-
-def proj_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
-    """The schedule of a whole projection (quantization included): :func:`gemm_config`'s, fused
-    with the quantization (one kernel, no quantizer launch) at up to FUSED_MAX_ROWS rows."""
-    cfg = gemm_config(fmt, rows, n, k)
-    if rows <= FUSED_MAX_ROWS and fused_smem(fmt, rows, k) <= FUSED_SMEM_MAX:
-        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, fused=1)
-    return cfg
-
-
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
-    """Every schedule :func:`gemm_config` and :func:`proj_config` can return for this format and
-    tile count."""
+    """Every schedule :func:`gemm_config` can return for this format and tile count."""
     probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
     rows = {1: (1,), 2: (16,), 4: (32, 256)}[tiles]
-    return tuple(dict.fromkeys(pick(fmt, r, n, k) for pick in (gemm_config, proj_config)
-                               for n, k in probes for r in rows))
+    return tuple(dict.fromkeys(gemm_config(fmt, r, n, k) for n, k in probes for r in rows))
 
 
 def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:
@@ -255,14 +224,6 @@ SWEEP_CFGS = (
 )
 
 
-# Fused schedules (rows 1-8, activations quantized in every CTA) the sweep times as whole
-# projections beside the quantizer + GEMM ones.
-FUSED_SWEEP_CFGS = (
-    GemmCfg(1, 4, 0, 1, fused=1), GemmCfg(1, 2, 0, 3, fused=1), GemmCfg(2, 1, 0, 3, fused=1),
-    GemmCfg(1, 2, 0, 2, fused=1), GemmCfg(1, 2, 1, 1, fused=1),
-)
-
-
 def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
     return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles == 4))
@@ -271,7 +232,7 @@ def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
 def _sweep_instances() -> tuple[str, ...]:
     return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
                  for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
-                 for tiles in GEMM_TILES for cfg in sweep_cfgs(tiles) + (FUSED_SWEEP_CFGS if tiles == 1 else ()))
+                 for tiles in GEMM_TILES for cfg in sweep_cfgs(tiles))
 
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
@@ -366,26 +327,22 @@ class Kernel:
             bufs = self._local.bufs = (args, nbytes, extra, ctypes.addressof(extra))
         return bufs
 
-    def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args, smem: int | None = None) -> None:
-        """Launch plainly; ``smem``: dynamic shared memory of this launch (at most the kernel's
-        ``smem``, the default)."""
+    def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1,
-                       self.smem if smem is None else smem, stream, 0, extra_addr)
+        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, self.smem, stream, 0, extra_addr)
 
-    def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args,
-                         smem: int | None = None) -> None:
+    def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         """Launch with programmatic dependent launch: the kernel may start while the preceding
         kernel of the stream runs, and must call ``pdl_wait`` before it reads that kernel's
         output (kernels/include/gdn/ptx.cuh)."""
         if stream == 0 or not PDL_ENABLED:
             # The legacy default stream synchronises with every other stream: launch plainly.
-            self.launch(grid, block, stream, *args, smem=smem)
+            self.launch(grid, block, stream, *args)
             return
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _pdl_launch(self.ptr, grid, block, self.smem if smem is None else smem, stream, extra_addr)
+        _pdl_launch(self.ptr, grid, block, self.smem, stream, extra_addr)
 
 
 class _LaunchAttr(ctypes.Structure):

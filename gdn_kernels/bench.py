@@ -321,29 +321,21 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
     return records
 
 
-def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep",
-                       x_ptr: int = 0, ldx: int = 0):
+def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep"):
     """A callable that launches only the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
     ``_build.GemmCfg``) on the activations already in ``ctx``'s workspace, writing bf16 ``out``:
-    for the schedule sweep and the tests that every schedule gives the same bits. A fused
-    schedule (``cfg.fused``) quantizes bf16 ``x`` (row stride ``ldx``) itself instead."""
+    for the schedule sweep and the tests that every schedule gives the same bits."""
     from gdn_kernels import _build
-    from gdn_kernels.w8a8 import _FMT, _FUSED_ARGS, _GEMM_ARGS
+    from gdn_kernels.w8a8 import _FMT
 
     tiles = _build.gemm_tiles(rows)
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
-    kern = ctx.modules.kernel(family, name, _FUSED_ARGS if cfg.fused else _GEMM_ARGS, cfg.smem)
+    kern = ctx.modules.kernel(family, name, "PPPPPqiii", cfg.smem)
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)
-    if cfg.fused:
-        smem = _build.fused_smem(_FMT[w.format], rows, w.k)
 
-        def launch():
-            kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, x_ptr, ldx, out_ptr, ldc, w.n, w.k, rows,
-                        smem=smem)
-    else:
-        def launch():
-            kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
+    def launch():
+        kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
 
     return launch
 

@@ -29,7 +29,6 @@ _QUANT_KIND = {
 }
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
-_FUSED_ARGS = "PPPqPqiii"  # w, sw, x, ldx, out, ldc, N, K, rows
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
 
 
@@ -147,9 +146,8 @@ class W8a8Ctx:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
                             self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
-                                "w8a8_gemm", name, _FUSED_ARGS if cfg.fused else _GEMM_ARGS, cfg.smem)
+                                "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
         self._gemm_by_shape = {}
-        self._proj_by_shape = {}
         self._quant = {}
         self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
         for fmt, kind in _QUANT_KIND.items():
@@ -196,33 +194,11 @@ class W8a8Ctx:
         return True
 
     def launch(self, w: W8a8Weight, x: int, ldx: int, rows: int, out: int, ldc: int, stream: int, dtype: str) -> None:
-        """Launch without checks: the caller has run check_proj_args and supports.
-
-        At up to ``_build.FUSED_MAX_ROWS`` rows this is one kernel that quantizes the activations
-        itself (w8a8_fused_kernel); else the quantizer, then the GEMM on the workspace. Both give
-        the same bits. The GEMM requests its first weight bytes before waiting on the kernel
-        launched before it on the stream (programmatic dependent launch): the weight must not be
-        written by that kernel.
-        """
+        """Launch without checks: the caller has run check_proj_args and supports."""
         if _nvtx.ENABLED:
             _nvtx.push(f"gdn_kernels.{w.format.value}.proj[{w.n}x{w.k}]x{rows}")
-        key = (w.format, rows, w.n, w.k, dtype, w.scale_dtype)
-        entry = self._proj_by_shape.get(key)
-        if entry is None:
-            # Chosen once per shape and row count, then looked up.
-            cfg = _build.proj_config(_FMT[w.format], rows, w.n, w.k)
-            fused = None
-            if cfg.fused:
-                kernel = self._gemm[(w.format, _build.gemm_tiles(rows), cfg, dtype, w.scale_dtype)]
-                fused = (kernel, cfg.grid(rows, w.n, 1), _build.fused_smem(_FMT[w.format], rows, w.k))
-            entry = self._proj_by_shape[key] = fused
-        if entry is None:
-            self._quant_launch(w.format, x, ldx, rows, w.k, stream, dtype)
-            self.gemm_on_workspace(w, rows, out, ldc, stream, dtype)
-        else:
-            kernel, grid, smem = entry
-            kernel.launch_dependent(grid, _build.GemmCfg.threads, stream,
-                                    w.qweight, w.scale, x, ldx, out, ldc, w.n, w.k, rows, smem=smem)
+        self._quant_launch(w.format, x, ldx, rows, w.k, stream, dtype)
+        self.gemm_on_workspace(w, rows, out, ldc, stream, dtype)
         if _nvtx.ENABLED:
             _nvtx.pop()
 

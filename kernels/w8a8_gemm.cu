@@ -18,7 +18,6 @@
 // same mapping for the weight rows and the token columns.
 #include "gdn/convert.cuh"
 #include "gdn/ptx.cuh"
-#include "gdn/quant.cuh"
 #include "gdn/vec.cuh"
 
 namespace {
@@ -77,120 +76,6 @@ __device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], i
       }
 }
 
-// A 16-byte piece of quantized activations and one activation scale, from global memory (the
-// quantizer's workspace, read-only while the GEMM runs) or from this CTA's shared memory.
-template <bool kShared>
-__device__ __forceinline__ uint4 ld_x16(const uint8_t* p) {
-  if constexpr (kShared) {
-    uint4 r;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
-    return r;
-  } else {
-    return gdn::ld_nc_v4(p);
-  }
-}
-template <bool kShared>
-__device__ __forceinline__ float ld_xs(const float* p) {
-  if constexpr (kShared) {
-    return *p;
-  } else {
-    return __ldg(p);
-  }
-}
-
-// The rows of x [rows, K] (row stride ldx elements) quantized into shared memory as the
-// quantizer kernels of act_quant.cu do (the same steps, gdn/quant.cuh, so the same bytes):
-// q [rows, K] at row stride ldq bytes; s [rows] (int8: amax / 127, fp8 per token: amax / 448)
-// or [rows, K / 128] (fp8 block: the 128-group's amax / 448). All 256 threads take part; each
-// keeps kBatch 16-byte loads in flight. The caller synchronises before reading q.
-template <int kFmt, typename T>
-__device__ __forceinline__ void quantize_rows(const T* __restrict__ x, long long ldx, int rows, int K,
-                                              uint8_t* q, int ldq, float* s) {
-  constexpr int kThreads = 256, kBatch = 4, kMaxRows = 8;
-  const int octets = K >> 3, total = rows * octets;
-  const int lane = threadIdx.x & 31;
-  auto load = [&](int e) {
-    return e < total ? __ldg(reinterpret_cast<const uint4*>(x + (long long)(e / octets) * ldx) + e % octets)
-                     : make_uint4(0u, 0u, 0u, 0u);
-  };
-  // Loop bounds are uniform over the CTA (the shuffles and barriers below need whole warps).
-  if constexpr (kFmt == kFp8Block) {
-    // 16 consecutive octets are a 128-group; K % 128 == 0, so a half warp holds one group.
-    const int chunks = K >> 7;
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        float f[8];
-        gdn::unpack8<T>(v[i], f);
-        uint32_t amax = 0u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) amax = max(amax, gdn::abs_bits(f[k]));
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (e < total) {
-          const int r = e / octets, o = e % octets;
-          const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
-          if ((o & 15) == 0) s[r * chunks + (o >> 4)] = scale;
-          reinterpret_cast<uint2*>(q + r * ldq)[o] = gdn::quant8_or_zero<false>(f, scale);
-        }
-      }
-    }
-  } else {
-    constexpr bool kI8 = kFmt == kInt8;
-    __shared__ uint32_t amax_s[kMaxRows];
-    if ((int)threadIdx.x < rows) amax_s[threadIdx.x] = 0u;
-    __syncthreads();
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        float f[8];
-        gdn::unpack8<T>(v[i], f);
-        uint32_t m = 0u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) m = max(m, gdn::abs_bits(f[k]));
-        // The row's max in shared memory (amax bits are non-negative: unsigned order is float
-        // order, and a max is exact in any order): once a warp when the warp is in one row.
-        const int r = min(e, total - 1) / octets;
-        if (__all_sync(0xffffffffu, r == __shfl_sync(0xffffffffu, r, 0))) {
-          m = gdn::warp_max_bits(m);
-          if (lane == 0) atomicMax(amax_s + r, m);
-        } else {
-          atomicMax(amax_s + r, m);
-        }
-      }
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < rows) s[threadIdx.x] = gdn::div_rn(__uint_as_float(amax_s[threadIdx.x]), kI8 ? 127.f : 448.f);
-    __syncthreads();
-    // The quantizing pass reads x again (from L1/L2).
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        if (e < total) {
-          float f[8];
-          gdn::unpack8<T>(v[i], f);
-          const int r = e / octets, o = e % octets;
-          reinterpret_cast<uint2*>(q + r * ldq)[o] = gdn::quant8_or_zero<kI8>(f, s[r]);
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
@@ -207,20 +92,19 @@ struct Round {
 // CTA.  kM: 16-row weight tiles a CTA (every warp takes its K chunks of all of them, so a token
 // fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
 // round r + 1 before computing round r (twice the registers, loads always in flight).
-// kXShared: xq and sx are in this CTA's shared memory (w8a8_fused_kernel), else in global memory.
-// None of kM, kUnroll, kPipe, kXShared changes any output bit: a row's products, their chunk
+// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  OutT: bf16 or fp16
+// output.  SwT: the weight scale's type (fp32, or bf16 for block scales stored so).
+// None of kM, kUnroll, kPipe, kMinBlocks changes any output bit: a row's products, their chunk
 // partials and the order they are summed in depend on kWarps and K alone.
 // w: [N, K] 1-byte weight.  sw: [N] (per channel) or [ceil(N/128), K/128] (block) scales.
-// xq: [rows, K] quantized activations at row stride ldq bytes.  sx: [rows] or [rows, K/128]
-// scales.  out: [rows, N] at row stride ldc (elements).  wait(): called once every thread has
-// requested its first round of weight and before anything else is read: it waits on the kernel
-// before this one (programmatic dependent launch) and may produce xq and sx.
-template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, bool kXShared,
-          typename OutT, typename SwT, typename Wait>
-__device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                                            const uint8_t* __restrict__ xq, int ldq,
-                                            const float* __restrict__ sx, OutT* __restrict__ out,
-                                            long long ldc, int N, int K, int rows, Wait wait) {
+// xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
+// out: [rows, N] at row stride ldc (elements).
+template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
+          typename OutT, typename SwT>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                 const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                 OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   using Acc = typename AccOf<kFmt>::type;
   using R = Round<kFmt, kM, kTiles, kUnroll>;
   constexpr int kTokens = 8 * kTiles;
@@ -244,7 +128,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
   int i_tok[kTiles][2];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    p_x[j] = xq + (long long)min(tok0 + j * 8 + g, rows - 1) * ldq + t * 16;
+    p_x[j] = xq + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 16;
     i_tok[j][0] = min(tok0 + j * 8 + 2 * t, rows - 1);
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
@@ -267,7 +151,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
       }
     }
   };
-  // The activation part: read only after wait().
+  // The activation part: written by the quantizer, read only after pdl_wait.
   auto load_x = [&](R& b, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -276,11 +160,11 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
         const long long off = (long long)c * 128;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b.x[u][j][0] = ld_x16<kXShared>(p_x[j] + off);
-          b.x[u][j][1] = ld_x16<kXShared>(p_x[j] + off + 64);
+          b.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
+          b.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
           if constexpr (kFmt == kFp8Block) {
-            b.sx[u][j][0] = ld_xs<kXShared>(sx + (long long)i_tok[j][0] * chunks + c);
-            b.sx[u][j][1] = ld_xs<kXShared>(sx + (long long)i_tok[j][1] * chunks + c);
+            b.sx[u][j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
+            b.sx[u][j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
           }
         }
       }
@@ -346,13 +230,13 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
     }
   };
 
-  // The first round's weight is requested before waiting on the kernel before: with
-  // programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while it still runs.
-  // Launched plainly, the wait returns at once.
+  // The first round's weight is requested before waiting on the quantizer: with programmatic
+  // dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while it still runs. Launched
+  // plainly, the wait returns at once.
   if constexpr (kPipe) {
     R cur, nxt;
     load_w(cur, warp);
-    wait();
+    gdn::pdl_wait();
     load_x(cur, warp);
     for (int c0 = warp; c0 < chunks; c0 += kStep) {
       const bool more = c0 + kStep < chunks;
@@ -366,7 +250,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
   } else {
     R cur;
     load_w(cur, warp);
-    wait();
+    gdn::pdl_wait();
     for (int c0 = warp; c0 < chunks; c0 += kStep) {
       if (c0 != warp) load_w(cur, c0);
       load_x(cur, c0);
@@ -409,45 +293,6 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
     }
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
   }
-}
-
-// The GEMM on activations quantized by an act_quant.cu kernel launched before it: xq [rows, K]
-// at row stride K, sx [rows] or [rows, K / 128]. kMinBlocks: CTAs a multiprocessor should hold
-// (register cap for ptxas). OutT: bf16 or fp16 output. SwT: the weight scale's type (fp32, or
-// bf16 for block scales stored so). Grid: (ceil(rows / (8 kTiles)), ceil(N / (16 kM))).
-template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
-          typename OutT, typename SwT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                 const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                 OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  decode_gemm<kFmt, kWarps, kTiles, kM, kUnroll, kPipe, false, OutT, SwT>(
-      w, sw, xq, K, sx, out, ldc, N, K, rows, [] { gdn::pdl_wait(); });
-}
-
-// Rows 1-8 without a quantizer kernel: every CTA quantizes the rows of x (bf16/fp16, the output
-// type) into its shared memory itself, after requesting its first round of weight, then runs
-// w8a8_gemm_kernel's arithmetic on them. The quantized bytes and scales are the quantizer's, so
-// the output bits are w8a8_gemm_kernel's (row invariance holds across the two). Each CTA divides
-// rows * K values: worth it where that is small next to the quantizer launch it saves.
-// x: [rows, K] at row stride ldx (elements, 16-byte aligned rows).
-// Dynamic shared memory: fused_smem_bytes(rows, K) (gdn_kernels/_build.py GemmCfg.fused_smem).
-template <int kFmt, int kM, int kUnroll, int kPipe, int kMinBlocks, typename OutT, typename SwT>
-__global__ void __launch_bounds__(256, kMinBlocks)
-w8a8_fused_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                  const OutT* __restrict__ x, long long ldx, OutT* __restrict__ out,
-                  long long ldc, int N, int K, int rows) {
-  extern __shared__ __align__(16) uint8_t fused_smem[];
-  // Rows 16 bytes apart in banks: the two rows a warp reads at 2 rows do not conflict.
-  const int ldq = K + 16;
-  uint8_t* q = fused_smem;
-  float* s = reinterpret_cast<float*>(fused_smem + rows * ldq);
-  decode_gemm<kFmt, 8, 1, kM, kUnroll, kPipe, true, OutT, SwT>(
-      w, sw, q, ldq, s, out, ldc, N, K, rows, [&] {
-        gdn::pdl_wait();
-        quantize_rows<kFmt, OutT>(x, ldx, rows, K, q, ldq, s);
-        __syncthreads();
-      });
 }
 
 // ---- Many rows: a tiled GEMM with the same per-row arithmetic ----

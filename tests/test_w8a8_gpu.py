@@ -384,8 +384,8 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_schedule_gives_the_same_bits(ctx, fmt):
-    """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy, the
-    quantization fused in) change no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
+    """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy) change
+    no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
     K whose chunks do not divide among the warps, writing nothing outside the output."""
     import cupy
 
@@ -400,43 +400,13 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
         assert ok
         x_dev = cupy.asarray(x.view(np.uint16))
         tiles = _build.gemm_tiles(rows)
-        for cfg in _build.sweep_cfgs(tiles) + (_build.FUSED_SWEEP_CFGS if tiles == 1 else ()):
+        for cfg in _build.sweep_cfgs(tiles):
             offset, ldc = 8, hw.n + 3
             size = rows * ldc + 2 * offset
             out = poisoned(size)
             ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
-            w8a8_gemm_launcher(ctx, hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg,
-                               x_ptr=x_dev.data.ptr, ldx=1280)()
+            w8a8_gemm_launcher(ctx, hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
             host = out.get()
             assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
             assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} rows {rows} differs from the shipped schedule"
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_fused_quantization_gives_the_quantizer_bits(ctx, fmt, dtype, monkeypatch):
-    """The GEMM that quantizes its own activations (rows 1-8) gives the bits of the quantizer +
-    GEMM pair on the same inputs: strided x, a zero row, a zero 128-group, subnormal-sized values,
-    outliers, a ragged N and a K whose chunks do not divide among the warps; nothing written
-    outside the output."""
-    from gdn_kernels import _build
-
-    rng = np.random.default_rng(23)
-    for k in (128, 1280, 5120):
-        hw = HostWeight(rng, fmt, 300, k)
-        for rows in range(1, 9):
-            x = random_activations(rng, rows, k, dtype, outliers=True, zero_rows=(rows - 1,) if rows > 2 else ())
-            x[0, :128] = 0
-            if rows > 1:
-                x[1, k // 2:] = (x[1, k // 2:].astype(np.float32) * np.float32(1e-36)).astype(NP_DTYPE[dtype])
-            results = []
-            for fused_rows in (0, 8):
-                monkeypatch.setattr(_build, "FUSED_MAX_ROWS", fused_rows)
-                ctx._proj_by_shape.clear()
-                ok, y = run_proj(ctx, hw, x, dtype, ldx_pad=24, ldc_pad=5)
-                assert ok
-                results.append(y)
-            assert (results[0].view(np.uint16) == results[1].view(np.uint16)).all(), f"{fmt} K {k} rows {rows}"
-            check_output(hw, x, results[1], dtype)
-    ctx._proj_by_shape.clear()
