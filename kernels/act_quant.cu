@@ -119,9 +119,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
                       int K, long long ldx) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
@@ -131,9 +132,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          int K, long long ldx) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
@@ -145,9 +147,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
                            float* __restrict__ s, int K, long long ldx) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
   const int lane = threadIdx.x & 31;
@@ -235,9 +238,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_int8_kernel(const T* __restrict__ gu, int8_t* __restrict__ q,
                                float* __restrict__ s, int K, long long ldg) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   silu_mul_quant_row<true, T, kThreads>(gu, reinterpret_cast<uint8_t*>(q), s, K, ldg);
 }
 
@@ -247,9 +251,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_row_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                   float* __restrict__ s, int K, long long ldg) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   silu_mul_quant_row<false, T, kThreads>(gu, q, s, K, ldg);
 }
 
@@ -261,9 +266,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restrict__ q,
                                     float* __restrict__ s, int K, long long ldg) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
   const int lane = threadIdx.x & 31;

@@ -57,9 +57,10 @@ __global__ void __launch_bounds__(kThreads)
 fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t* __restrict__ s,
                  float* __restrict__ gs, int8_t* __restrict__ xd, float* __restrict__ sxf,
                  float static_gs, int K, long long ldx) {
-  // Under programmatic dependent launch the GEMM that reads this output may start launching
-  // now; it waits for this kernel to complete before it reads anything this kernel writes.
-  gdn::pdl_launch_dependents();
+  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
+  // waits for this kernel before reading it); this kernel waits for the one before it (the
+  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  gdn::pdl_chain();
   __shared__ uint32_t red[kThreads / 32];
   const long long row = blockIdx.x;
   const T* p_x = x + row * ldx;

@@ -105,6 +105,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  // The next kernel of the stream (the next projection's quantizer) may start launching once
+  // every CTA of this grid has started: it fills the multiprocessors this grid's tail leaves idle
+  // and waits for this kernel before touching memory (gdn::pdl_chain).
+  gdn::pdl_launch_dependents();
   using Acc = typename AccOf<kFmt>::type;
   using R = Round<kFmt, kM, kTiles, kUnroll>;
   constexpr int kTokens = 8 * kTiles;
@@ -314,6 +318,8 @@ __global__ void __launch_bounds__(256)
 w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                   OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  // As w8a8_gemm_kernel: the next kernel may start launching.
+  gdn::pdl_launch_dependents();
   using Acc = typename AccOf<kFmt>::type;
   constexpr int kN = 128, kT = 64;  // CTA tile: weight rows x tokens
   constexpr int kStageA = kN * 128, kStageB = kT * 128;

@@ -65,9 +65,18 @@ namespace gdn {
 // until that kernel has completed and its writes are visible (a no-op without the attribute).
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
-// Lets the next kernel of the stream, if launched with the attribute, start launching now.
+// Lets the next kernel of the stream, if launched with the attribute, start launching now. That
+// kernel must pdl_wait() before it reads or writes anything this kernel reads or writes.
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// The entry of a kernel that touches memory only after the previous kernel has completed (an
+// activation quantizer: it reads that kernel's output and overwrites the workspace the previous
+// GEMM read): lets the next kernel start launching, then waits.
+__device__ __forceinline__ void pdl_chain() {
+  pdl_launch_dependents();
+  pdl_wait();
 }
 
 }  // namespace gdn
