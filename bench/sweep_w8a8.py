@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--rows", default="1,8,16,32,64")
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
     ap.add_argument("--replays", type=int, default=30)
+    ap.add_argument("--packed", action="store_true", help="also time the decode schedules on tile-major weights")
     args = ap.parse_args()
 
     import cupy
@@ -50,6 +51,8 @@ def main() -> int:
                 first = bench.random_w8a8_weight(fmt, n, k, 1)
                 nrot = bench.rotation_count(first.nbytes, l2)
                 weights = [first] + [bench.random_w8a8_weight(fmt, n, k, 2 + i) for i in range(nrot - 1)]
+                # Tile-major copies for the packed schedules (--packed), as many as the weights.
+                packed_weights = [bench.pack_tiles16(w) for w in weights] if args.packed else []
                 rs = cupy.random.RandomState(5)
                 x = (rs.standard_normal((max(rows_list), k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
                 out = cupy.empty((max(rows_list), n), cupy.uint16)
@@ -72,17 +75,18 @@ def main() -> int:
                     # The shipped schedule's bits, then every schedule against them.
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
-                    for cfg in _build.sweep_cfgs(tiles):
+                    for cfg in _build.sweep_cfgs(tiles) + (_build.sweep_cfgs(tiles, True) if args.packed else ()):
                         key = (f"tiled{cfg.stages}" if cfg.stages else
-                               f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
+                               ("packed_" if cfg.packed else "") + f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
+                        ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
-                        bench.w8a8_gemm_launcher(ctx, first, rows, out.data.ptr, n, stream.ptr, cfg)()
+                        bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg)()
                         same = bool((out[:rows] == ref_out[:rows]).all())
                         if not same:
                             rec["schedules"][key] = "DIFFERENT BITS"
                             continue
                         launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg)
-                                    for w in weights]
+                                    for w in ws]
                         rec["schedules"][key] = bench.time_graph(launches, stream, args.replays)
                     timed = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
                     rec["best"] = min(timed, key=timed.get) if timed else None
@@ -91,7 +95,7 @@ def main() -> int:
                           f"pdl {rec['proj_pdl_us']:.2f} quant {rec['quant_us']:.2f} floor {floor:.2f} "
                           f"best gemm {rec['best']} {timed.get(rec['best'], float('nan')):.2f}",
                           file=sys.stderr, flush=True)
-                del weights, first
+                del weights, first, packed_weights
                 cupy.get_default_memory_pool().free_all_blocks()
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)

@@ -124,6 +124,7 @@ class GemmCfg:
     pipe: int = 0
     min_blocks: int = 1
     stages: int = 0
+    packed: int = 0
 
     threads = 32 * GEMM_WARPS
 
@@ -141,7 +142,7 @@ class GemmCfg:
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
-                f"{self.min_blocks}, {out_t}, {scale_t}>")
+                f"{self.min_blocks}, {self.packed}, {out_t}, {scale_t}>")
 
 
 # The schedule of each tile count before shape tuning (the one the sweep compares with).
@@ -226,15 +227,19 @@ SWEEP_CFGS = (
 )
 
 
-def sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
+def sweep_cfgs(tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
+    """The sweep's schedules for a tile count; ``packed``: the decode ones on the tile-major weight."""
     # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
-    return tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles == 4))
+    cfgs = tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles == 4))
+    if packed:
+        return tuple(GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, packed=1) for c in cfgs if not c.stages)
+    return cfgs
 
 
 def _sweep_instances() -> tuple[str, ...]:
     return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
                  for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
-                 for tiles in GEMM_TILES for cfg in sweep_cfgs(tiles))
+                 for tiles in GEMM_TILES for packed in (False, True) for cfg in sweep_cfgs(tiles, packed))
 
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's

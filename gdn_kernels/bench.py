@@ -198,6 +198,28 @@ def random_w8a8_weight(fmt, n: int, k: int, seed: int):
     return W8a8Weight.from_pointers(q.data.ptr, s.data.ptr, n, k, format=fmt, owner=(q, s))
 
 
+def pack_tiles16(w):
+    """A tile-major copy of a W8A8 weight for the packed GEMM schedules (``GemmCfg.packed``): N
+    padded to a multiple of 16 with zero rows, then per 16-row tile T and 128-wide chunk c the
+    2048 bytes [h][row group][row][16-byte unit] of rows 16T..16T+15, where h is the 64-byte half
+    of the chunk and the row group 0 holds rows 16T..16T+7, 1 the next 8 (the order a warp's four
+    loads read them). Scales are shared with ``w``."""
+    import cupy
+
+    from gdn_kernels.weights import W8a8Weight
+
+    n, k = w.n, w.k
+    src = cupy.ndarray((n, k), cupy.uint8, cupy.cuda.MemoryPointer(
+        cupy.cuda.UnownedMemory(w.qweight, n * k, w), 0))
+    np16 = -(-n // 16) * 16
+    padded = cupy.zeros((np16, k), cupy.uint8)
+    padded[:n] = src
+    tiles = padded.reshape(np16 // 16, 2, 8, k // 128, 2, 4, 16).transpose(0, 3, 4, 1, 2, 5, 6)
+    packed = cupy.ascontiguousarray(tiles).reshape(np16, k)
+    return W8a8Weight.from_pointers(packed.data.ptr, w.scale, n, k, format=w.format, scale_dtype=w.scale_dtype,
+                                    owner=(packed, w))
+
+
 def check_w8a8_sample(w, x_bits: np.ndarray, y_bits: np.ndarray, cols: np.ndarray) -> tuple[float, float]:
     """Compare sampled output columns with the references: (max ulp, max relative error).
 

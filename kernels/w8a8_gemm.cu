@@ -100,7 +100,7 @@ struct Round {
 // xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
 // out: [rows, N] at row stride ldc (elements).
 template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
-          typename OutT, typename SwT>
+          int kPacked, typename OutT, typename SwT>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
@@ -120,12 +120,22 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   const int chunks = K >> 7;
 
   // Rows past N or rows are clamped for loading (valid memory) and never stored.
+  // kPacked: w is tile-major (see pack_tiles16): the 2048 bytes of tile T, chunk c start at
+  // (T * chunks + c) * 2048, and piece j of them (row g, row g + 8, then the same rows' second
+  // half) holds lane l's 16 bytes at 512 j + 16 l, so each load of a warp reads 512 contiguous
+  // bytes. The same bytes reach the same registers as from the row-major layout.
   const uint8_t* p_w[kM][2];
   int i_nb[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
-    p_w[m][0] = w + (long long)min(n0 + 16 * m + g, N - 1) * K + t * 16;
-    p_w[m][1] = w + (long long)min(n0 + 16 * m + g + 8, N - 1) * K + t * 16;
+    if constexpr (kPacked) {
+      const long long tile = min((n0 >> 4) + m, (N - 1) >> 4);
+      p_w[m][0] = w + tile * 16 * K + lane * 16;
+      p_w[m][1] = p_w[m][0] + 512;
+    } else {
+      p_w[m][0] = w + (long long)min(n0 + 16 * m + g, N - 1) * K + t * 16;
+      p_w[m][1] = w + (long long)min(n0 + 16 * m + g + 8, N - 1) * K + t * 16;
+    }
     i_nb[m] = min(n0 + 16 * m, N - 1) >> 7;
   }
   const uint8_t* p_x[kTiles];
@@ -143,13 +153,14 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
-        const long long off = (long long)c * 128;
+        const long long off = (long long)c * (kPacked ? 2048 : 128);
+        constexpr int kHalf = kPacked ? 1024 : 64;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
           b.w[u][m][0] = gdn::ld_stream_v4(p_w[m][0] + off);
           b.w[u][m][1] = gdn::ld_stream_v4(p_w[m][1] + off);
-          b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + 64);
-          b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + 64);
+          b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + kHalf);
+          b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + kHalf);
           if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
         }
       }
