@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="w8a8")
     ap.add_argument("--replays", type=int, default=50)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--layout", default="tiles16", choices=("tiles16", "rows"),
+                    help="weight byte layout (W8a8Weight.tile_major, the default, or row-major)")
     args = ap.parse_args(argv)
 
     rows = [int(r) for r in args.rows.split(",")]
@@ -44,6 +46,7 @@ def main(argv=None) -> int:
     meta = harness.base_meta()
     bw = harness.copy_bandwidth()
     meta["copy_bw_tbs"] = bw / 1e12
+    meta["layout"] = args.layout
     print(f"device {meta['device']['name']}, copy bandwidth {bw / 1e12:.2f} TB/s, commit {meta['commit']}", flush=True)
     peers = [] if args.no_torch or torch_or_none() is None else [torch_w8a8_peer]
     ctx = W8a8Ctx(max_rows=max(256, max(rows)), max_k=max(17408, max(k for _, k in shapes)))
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
         for n, k in shapes:
             print(f"[{len(records) // len(rows) + 1}/{len(shapes) * len(args.formats.split(','))}] {fmt} [{n}, {k}]", flush=True)
             recs = harness.bench_w8a8_case(ctx, fmt, n, k, rows, bw, meta["device"]["l2_bytes"], peers=peers,
-                                           replays=args.replays)
+                                           replays=args.replays, layout=args.layout)
             for r in recs:
                 blas = r.peers["cublas_bf16_us"]
                 print(f"    rows {r.rows:3d}: {r.us:7.2f} us  {r.ratio_floor:5.2f}x floor  "

@@ -52,7 +52,7 @@ def main() -> int:
                 nrot = bench.rotation_count(first.nbytes, l2)
                 weights = [first] + [bench.random_w8a8_weight(fmt, n, k, 2 + i) for i in range(nrot - 1)]
                 # Tile-major copies for the packed schedules (--packed), as many as the weights.
-                packed_weights = [bench.pack_tiles16(w) for w in weights] if args.packed else []
+                packed_weights = [w.tile_major() for w in weights] if args.packed else []
                 rs = cupy.random.RandomState(5)
                 x = (rs.standard_normal((max(rows_list), k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
                 out = cupy.empty((max(rows_list), n), cupy.uint16)

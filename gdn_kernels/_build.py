@@ -111,6 +111,7 @@ GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
 class GemmCfg:
     """Schedule of one W8A8 GEMM instance (kernels/w8a8_gemm.cu).
 
+    ``packed`` 1 reads the tile-major weight layout (W8a8Weight.tile_major), 0 the row-major one.
     ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
     this one, ``min_blocks`` CTAs a multiprocessor should hold. ``stages`` > 0:
@@ -140,7 +141,7 @@ class GemmCfg:
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.stages:
-            return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {out_t}, {scale_t}>"
+            return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {self.packed}, {out_t}, {scale_t}>")
 
@@ -159,11 +160,15 @@ def gemm_tiles(rows: int) -> int:
 _SMALL_WEIGHT = 1 << 23
 
 
-def gemm_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
-    """The schedule of a weight [n, k] of format ``fmt`` at this row count: the fastest in the
-    H200 schedule sweeps (bench/results/sweep_w8a8_*.md) on the model shapes among those that
-    compile without local memory, as rules of the shape. Any schedule gives the same bits, so
-    this choice is free of numerics."""
+def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
+    """The schedule of a weight [n, k] of format ``fmt`` at this row count, in the row-major or
+    (``packed``) tile-major layout: the fastest in the H200 schedule sweeps
+    (bench/results/sweep_w8a8_*.md) on the model shapes among those that compile without local
+    memory, as rules of the shape. Any schedule gives the same bits, so this choice is free of
+    numerics."""
+    if packed:
+        cfg = _tile_major_config(fmt, rows, n, k)
+        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, cfg.stages, packed=1)
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
@@ -182,11 +187,29 @@ def gemm_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     return GemmCfg(stages=4) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
+def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
+    # From the sweep of the tile-major schedules (sweep_w8a8_packed_h200.md, rows 1-16), among
+    # those without local memory: (2, 1, 0, 3) at 16 rows (int8) and for fp8 per channel at 1-8
+    # rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill. From 17 rows the
+    # row-major rules (not swept tile-major).
+    tiles = gemm_tiles(rows)
+    small = n * k <= _SMALL_WEIGHT
+    if tiles == 1:
+        if small:
+            return GemmCfg(1, 4, 0, 1)
+        return GemmCfg(2, 1, 0, 3) if fmt == FMT_INT8 and k <= 2048 else GemmCfg(1, 2, 0, 3)
+    if tiles == 2:
+        return GemmCfg(1, 2, 1, 1) if fmt == FMT_INT8 and small else GemmCfg(1, 2, 0, 2)
+    return gemm_config(fmt, rows, n, k)
+
+
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
-    """Every schedule :func:`gemm_config` can return for this format and tile count."""
+    """Every schedule :func:`gemm_config` can return for this format and tile count (both
+    layouts)."""
     probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
     rows = {1: (1,), 2: (16,), 4: (32, 256)}[tiles]
-    return tuple(dict.fromkeys(gemm_config(fmt, r, n, k) for n, k in probes for r in rows))
+    return tuple(dict.fromkeys(gemm_config(fmt, r, n, k, packed) for packed in (False, True)
+                               for n, k in probes for r in rows))
 
 
 def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:
@@ -228,11 +251,11 @@ SWEEP_CFGS = (
 
 
 def sweep_cfgs(tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
-    """The sweep's schedules for a tile count; ``packed``: the decode ones on the tile-major weight."""
+    """The sweep's schedules for a tile count; ``packed``: on the tile-major weight."""
     # Static shared memory (4 KB per weight tile and token tile) stays within 48 KB.
     cfgs = tuple(c for c in SWEEP_CFGS if c.m * tiles <= 8 and (not c.stages or tiles == 4))
     if packed:
-        return tuple(GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, packed=1) for c in cfgs if not c.stages)
+        return tuple(GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, c.stages, packed=1) for c in cfgs)
     return cfgs
 
 

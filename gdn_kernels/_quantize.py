@@ -119,6 +119,22 @@ def stack(segs):
     return q, s
 
 
+def tile_major(w):
+    """A tile-major copy of a row-major W8A8 weight's bytes (kernels/w8a8_gemm.cu, kPacked): N
+    padded to a multiple of 16 with zero rows, then for each 16-row tile and 128-wide chunk the
+    2048 bytes [64-byte half][row group of 8][row][16-byte unit], as one warp's four loads read
+    them. Returns the new CuPy uint8 array [ceil(N/16) * 16, K]."""
+    import cupy
+
+    n, k = w.n, w.k
+    src = cupy.ndarray((n, k), cupy.uint8, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(w.qweight, n * k, w), 0))
+    n16 = -(-n // 16) * 16
+    padded = cupy.zeros((n16, k), cupy.uint8)
+    padded[:n] = src
+    tiles = padded.reshape(n16 // 16, 2, 8, k // 128, 2, 4, 16).transpose(0, 3, 4, 1, 2, 5, 6)
+    return cupy.ascontiguousarray(tiles).reshape(n16, k)
+
+
 def stack_bytes(*parts):
     """Concatenate device byte ranges: each argument a list of (pointer, nbytes); returns one new
     CuPy uint8 array per list."""

@@ -181,8 +181,9 @@ def base_meta() -> dict:
     }
 
 
-def random_w8a8_weight(fmt, n: int, k: int, seed: int):
-    """A random device weight of a W8A8 format (random bytes, NaN-free for e4m3, random scales)."""
+def random_w8a8_weight(fmt, n: int, k: int, seed: int, layout: str = "rows"):
+    """A random device weight of a W8A8 format (random bytes, NaN-free for e4m3, random scales),
+    in the row-major or the tile-major (``"tiles16"``) layout."""
     import cupy
 
     from gdn_kernels.weights import W8a8Weight, WeightFormat, scale_shape
@@ -195,29 +196,8 @@ def random_w8a8_weight(fmt, n: int, k: int, seed: int):
         # Magnitudes up to 0x7e (448), a random sign: never the NaN codes 0x7f / 0xff.
         q = (rs.randint(0, 0x7F, (n, k), dtype=cupy.uint8) | (rs.randint(0, 2, (n, k), dtype=cupy.uint8) << 7))
     s = (rs.random_sample(scale_shape(fmt, n, k), dtype=cupy.float32) * 0.01 + 1e-4).astype(cupy.float32)
-    return W8a8Weight.from_pointers(q.data.ptr, s.data.ptr, n, k, format=fmt, owner=(q, s))
-
-
-def pack_tiles16(w):
-    """A tile-major copy of a W8A8 weight for the packed GEMM schedules (``GemmCfg.packed``): N
-    padded to a multiple of 16 with zero rows, then per 16-row tile T and 128-wide chunk c the
-    2048 bytes [h][row group][row][16-byte unit] of rows 16T..16T+15, where h is the 64-byte half
-    of the chunk and the row group 0 holds rows 16T..16T+7, 1 the next 8 (the order a warp's four
-    loads read them). Scales are shared with ``w``."""
-    import cupy
-
-    from gdn_kernels.weights import W8a8Weight
-
-    n, k = w.n, w.k
-    src = cupy.ndarray((n, k), cupy.uint8, cupy.cuda.MemoryPointer(
-        cupy.cuda.UnownedMemory(w.qweight, n * k, w), 0))
-    np16 = -(-n // 16) * 16
-    padded = cupy.zeros((np16, k), cupy.uint8)
-    padded[:n] = src
-    tiles = padded.reshape(np16 // 16, 2, 8, k // 128, 2, 4, 16).transpose(0, 3, 4, 1, 2, 5, 6)
-    packed = cupy.ascontiguousarray(tiles).reshape(np16, k)
-    return W8a8Weight.from_pointers(packed.data.ptr, w.scale, n, k, format=w.format, scale_dtype=w.scale_dtype,
-                                    owner=(packed, w))
+    w = W8a8Weight.from_pointers(q.data.ptr, s.data.ptr, n, k, format=fmt, owner=(q, s))
+    return w.tile_major() if layout == "tiles16" else w
 
 
 def check_w8a8_sample(w, x_bits: np.ndarray, y_bits: np.ndarray, cols: np.ndarray) -> tuple[float, float]:
@@ -290,9 +270,9 @@ def _case_buffers(n: int, k: int, max_rows: int, l2_bytes: int, seed: int):
 
 
 def bench_w8a8_case(ctx, fmt, n: int, k: int, rows_list, copy_bw: float, l2_bytes: int, *,
-                    peers=None, seed: int = 0, replays: int = 50) -> list[Record]:
+                    peers=None, seed: int = 0, replays: int = 50, layout: str = "tiles16") -> list[Record]:
     """Time ``ctx.proj`` (activation quantization included) on a random weight [n, k] of ``fmt``
-    at each row count, beside cuBLAS bf16 and any ``peers`` (callables taking
+    in ``layout`` at each row count, beside cuBLAS bf16 and any ``peers`` (callables taking
     (fmt, n, k, rows, nrot) and returning {name_us: microseconds}). A case whose sampled output
     fails its check is raised, never reported."""
     import cupy
@@ -304,24 +284,27 @@ def bench_w8a8_case(ctx, fmt, n: int, k: int, rows_list, copy_bw: float, l2_byte
     # Every CuPy operation of the case (inputs, poison) runs on the measured stream, in order
     # with the projections.
     with stream:
-        return _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays)
+        return _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays, layout)
 
 
-def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays):
+def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers, seed, replays, layout):
     import cupy
 
     from gdn_kernels.weights import WeightFormat
 
-    first = random_w8a8_weight(fmt, n, k, seed)
+    # The sampled check reads the row-major weight (check_w8a8_sample); the timed weights are in
+    # ``layout`` (a tile-major weight keeps its row-major source alive: same bytes, reordered).
+    rows_first = random_w8a8_weight(fmt, n, k, seed)
+    first = rows_first.tile_major() if layout == "tiles16" else rows_first
     nrot = rotation_count(first.nbytes, l2_bytes)
-    weights = [first] + [random_w8a8_weight(fmt, n, k, seed + 1 + i) for i in range(nrot - 1)]
+    weights = [first] + [random_w8a8_weight(fmt, n, k, seed + 1 + i, layout) for i in range(nrot - 1)]
     x, out, wb, out_bf16, cols = _case_buffers(n, k, max(rows_list), l2_bytes, seed)
     records = []
     for rows in rows_list:
         out.fill(0xFFFF)
         assert ctx.proj(first, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
         stream.synchronize()
-        ulp, rel = check_w8a8_sample(first, x[:rows].get(), out[:rows].get(), cols)
+        ulp, rel = check_w8a8_sample(rows_first, x[:rows].get(), out[:rows].get(), cols)
         if fmt is WeightFormat.INT8 and not ulp <= 1:
             raise AssertionError(f"int8 [{n}, {k}] rows {rows}: {ulp} ulp from the reference")
         if not rel <= 2e-2:

@@ -222,11 +222,12 @@ class W8a8Ctx:
         stride ``ldc``; ``stream`` a raw handle.
         """
         tiles = _build.gemm_tiles(rows)
-        key = (w.format, rows, w.n, w.k, dtype, w.scale_dtype)
+        key = (w.format, rows, w.n, w.k, dtype, w.scale_dtype, w.layout)
         entry = self._gemm_by_shape.get(key)
         if entry is None:
-            # The schedule depends on the shape and row count alone: chosen once, then looked up.
-            cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k)
+            # The schedule depends on the shape, row count and layout alone: chosen once, then
+            # looked up.
+            cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
             entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)], cfg)
         gemm, cfg = entry
         gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream,

@@ -15,6 +15,8 @@ from gdn_kernels import _ptr
 QUANT_K_MULTIPLE = 128
 FP8_BLOCK = 128
 MAX_SEGMENTS = 3
+# Byte layouts of a W8A8 weight (W8a8Weight.layout).
+LAYOUTS = ("rows", "tiles16")
 
 
 class WeightFormat(str, enum.Enum):
@@ -67,6 +69,9 @@ class W8a8Weight:
         N of each segment the weight was stacked from (``(n,)`` for one).
     owner : object
         Whatever keeps the device memory alive (arrays, or the stacked copy).
+    layout : str
+        ``"rows"``: qweight is row-major [n, k]. ``"tiles16"``: the tile-major copy of
+        :meth:`tile_major` (the faster layout for the GEMM; same results bit for bit).
     """
 
     format: WeightFormat
@@ -77,6 +82,7 @@ class W8a8Weight:
     scale_dtype: str = "float32"
     segments: tuple[int, ...] = ()
     owner: object = field(default=None, repr=False)
+    layout: str = "rows"
 
     def __post_init__(self):
         fmt = WeightFormat(self.format)
@@ -91,6 +97,8 @@ class W8a8Weight:
             raise ValueError(f"segments {self.segments} must be 1 to {MAX_SEGMENTS} sizes summing to N = {self.n}")
         if self.scale_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"scale dtype must be float32 or bfloat16, got {self.scale_dtype}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.scale_dtype != "float32" and fmt is not WeightFormat.FP8_BLOCK:
             raise ValueError(f"{fmt.value} scales must be float32")
         _ptr.check_pointer(self.qweight, "qweight", 16)
@@ -110,9 +118,25 @@ class W8a8Weight:
 
     @classmethod
     def from_pointers(cls, qweight: int, scale: int, n: int, k: int, *, format="int8",
-                      scale_dtype: str = "float32", owner=None) -> "W8a8Weight":
-        """Wrap raw device pointers (no GPU touched). The caller keeps the memory alive."""
-        return cls(WeightFormat(format), n, k, qweight, scale, scale_dtype, (n,), owner)
+                      scale_dtype: str = "float32", owner=None, layout: str = "rows") -> "W8a8Weight":
+        """Wrap raw device pointers (no GPU touched). The caller keeps the memory alive.
+        ``layout="tiles16"`` wraps bytes already in :meth:`tile_major` order ([ceil(n/16) * 16, k])."""
+        return cls(WeightFormat(format), n, k, qweight, scale, scale_dtype, (n,), owner, layout)
+
+    def tile_major(self) -> "W8a8Weight":
+        """This weight with its bytes copied (on the GPU, once: call at load time) into the
+        tile-major layout the GEMM reads fastest: each warp load 512 contiguous bytes instead of
+        64-byte pieces of 16 rows (bench/NOTES.md v4). Outputs are the same bit for bit. The copy
+        has N padded to a multiple of 16 and is owned by the result, which shares the scales and
+        keeps this weight's memory alive too; drop this weight (and its memory) if it is no longer
+        needed. A tile-major weight is returned as it is."""
+        if self.layout == "tiles16":
+            return self
+        from gdn_kernels import _quantize
+
+        packed = _quantize.tile_major(self)
+        return W8a8Weight(self.format, self.n, self.k, packed.data.ptr, self.scale, self.scale_dtype,
+                          self.segments, (packed, self), "tiles16")
 
     @classmethod
     def from_arrays(cls, qweight, scale, *, format="int8") -> "W8a8Weight":
@@ -158,6 +182,8 @@ class W8a8Weight:
         for s in segs:
             if not isinstance(s, W8a8Weight):
                 raise TypeError(f"segments must be W8a8Weight or Fp8Weight, got {type(s).__name__}")
+            if s.layout != "rows" and len(segs) > 1:
+                raise ValueError("stack row-major segments, then call tile_major() on the result")
         first = segs[0]
         for s in segs[1:]:
             if s.k != first.k:

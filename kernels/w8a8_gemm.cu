@@ -92,11 +92,15 @@ struct Round {
 // CTA.  kM: 16-row weight tiles a CTA (every warp takes its K chunks of all of them, so a token
 // fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
 // round r + 1 before computing round r (twice the registers, loads always in flight).
-// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  OutT: bf16 or fp16
-// output.  SwT: the weight scale's type (fp32, or bf16 for block scales stored so).
-// None of kM, kUnroll, kPipe, kMinBlocks changes any output bit: a row's products, their chunk
-// partials and the order they are summed in depend on kWarps and K alone.
-// w: [N, K] 1-byte weight.  sw: [N] (per channel) or [ceil(N/128), K/128] (block) scales.
+// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  kPacked: the weight's
+// layout, 0 row-major, 1 tile-major (below).  OutT: bf16 or fp16 output.  SwT: the weight
+// scale's type (fp32, or bf16 for block scales stored so).
+// None of kM, kUnroll, kPipe, kMinBlocks, kPacked changes any output bit: a row's products, their
+// chunk partials and the order they are summed in depend on kWarps and K alone.
+// w: [N, K] 1-byte weight, row-major, or tile-major: N padded to a multiple of 16 with zero rows,
+// then for each 16-row tile T and 128-wide chunk c the 2048 bytes of rows 16T..16T+15 ordered
+// [h][row group][row][16-byte unit] (h the 64-byte half of the chunk, row group 0 the tile's first
+// 8 rows): what a warp's four loads of (T, c) read, each 512 contiguous bytes.  sw: [N] (per channel) or [ceil(N/128), K/128] (block) scales.
 // xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
 // out: [rows, N] at row stride ldc (elements).
 template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
@@ -120,18 +124,16 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   const int chunks = K >> 7;
 
   // Rows past N or rows are clamped for loading (valid memory) and never stored.
-  // kPacked: w is tile-major (see pack_tiles16): the 2048 bytes of tile T, chunk c start at
-  // (T * chunks + c) * 2048, and piece j of them (row g, row g + 8, then the same rows' second
-  // half) holds lane l's 16 bytes at 512 j + 16 l, so each load of a warp reads 512 contiguous
-  // bytes. The same bytes reach the same registers as from the row-major layout.
+  // Tile-major: the 2048 bytes of tile T, chunk c start at (T * chunks + c) * 2048, and piece j of
+  // them (row g, row g + 8, then the same rows' second half) holds lane l's 16 bytes at
+  // 512 j + 16 l. The same bytes reach the same registers as from the row-major layout.
   const uint8_t* p_w[kM][2];
   int i_nb[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     if constexpr (kPacked) {
       const long long tile = min((n0 >> 4) + m, (N - 1) >> 4);
-      p_w[m][0] = w + tile * 16 * K + lane * 16;
-      p_w[m][1] = p_w[m][0] + 512;
+      p_w[m][0] = p_w[m][1] = w + tile * 16 * K + lane * 16;
     } else {
       p_w[m][0] = w + (long long)min(n0 + 16 * m + g, N - 1) * K + t * 16;
       p_w[m][1] = w + (long long)min(n0 + 16 * m + g + 8, N - 1) * K + t * 16;
@@ -153,14 +155,19 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
-        const long long off = (long long)c * (kPacked ? 2048 : 128);
-        constexpr int kHalf = kPacked ? 1024 : 64;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
-          b.w[u][m][0] = gdn::ld_stream_v4(p_w[m][0] + off);
-          b.w[u][m][1] = gdn::ld_stream_v4(p_w[m][1] + off);
-          b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + kHalf);
-          b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + kHalf);
+          if constexpr (kPacked) {
+            const uint8_t* p = p_w[m][0] + (long long)c * 2048;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b.w[u][m][j] = gdn::ld_stream_v4(p + 512 * j);
+          } else {
+            const long long off = (long long)c * 128;
+            b.w[u][m][0] = gdn::ld_stream_v4(p_w[m][0] + off);
+            b.w[u][m][1] = gdn::ld_stream_v4(p_w[m][1] + off);
+            b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + 64);
+            b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + 64);
+          }
           if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
         }
       }
@@ -323,8 +330,9 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 //   partials of one w are promoted into a running sum as that kernel's warp w does, and the 8 sums
 //   are added in w order, as its shared-memory reduction does (int8 sums are exact in any order).
 // Shared rows are 128 bytes; the 16-byte unit u of row r is stored at u ^ 4 (r & 1), so the 8
-// lanes of a quarter warp (rows 2p and 2p+1, units t) fall on distinct banks.
-template <int kFmt, int kStages, typename OutT, typename SwT>
+// lanes of a quarter warp (rows 2p and 2p+1, units t) fall on distinct banks. kPacked: the
+// weight's layout, as w8a8_gemm_kernel's.
+template <int kFmt, int kStages, int kPacked, typename OutT, typename SwT>
 __global__ void __launch_bounds__(256)
 w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
@@ -360,7 +368,14 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 #pragma unroll
     for (int q = 0; q < kN * 8 / 256; ++q) {
       const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
-      cp_async_row(a, r, u, w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128);
+      const long long n = min(n0 + r, N - 1);
+      if constexpr (kPacked) {
+        // Unit u = 4h + t of row n: tile n / 16, piece j = 2h + (row n % 16 >= 8), lane 4 (n % 8) + t.
+        const int j = 2 * (u >> 2) + ((n >> 3) & 1), l = 4 * (n & 7) + (u & 3);
+        gdn::cp_async16(a + swz(r, u), w + (n >> 4) * 16 * K + (long long)c * 2048 + 512 * j + 16 * l);
+      } else {
+        cp_async_row(a, r, u, w + n * K + (long long)c * 128);
+      }
     }
 #pragma unroll
     for (int q = 0; q < kT * 8 / 256; ++q) {

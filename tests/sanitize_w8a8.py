@@ -1,5 +1,5 @@
 """Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format, ragged N,
-strides, rows 1..40, and every GEMM schedule of the sweep. CuPy's memory pool is switched off so that an access past any buffer hits
+strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweep. CuPy's memory pool is switched off so that an access past any buffer hits
 unallocated memory and is reported."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main() -> int:
                 x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
                 out = cupy.empty((rows, ldc), cupy.float16)
                 assert ctx.proj(w, x, ldx, rows, out, ldc)
+                assert ctx.proj(w.tile_major(), x, ldx, rows, out, ldc)
     # Every GEMM schedule (the shipped ones are chosen by shape, so small weights alone would not
     # reach them all), on a ragged N and a K whose chunks do not divide among the warps.
     for fmt in ("int8", "fp8_channel", "fp8_block"):
@@ -37,8 +38,10 @@ def main() -> int:
             x = cupy.asarray(rng.standard_normal((rows, 1152)).astype(np.float16))
             ctx.quantize_activations(w, x.data.ptr, 1152, rows, 0, dtype="float16")
             out = cupy.empty((rows, 203), cupy.uint16)
-            for cfg in _build.sweep_cfgs(_build.gemm_tiles(rows)):
-                w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, 203, 0, cfg)()
+            packed = w.tile_major()
+            tiles = _build.gemm_tiles(rows)
+            for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True):
+                w8a8_gemm_launcher(ctx, packed if cfg.packed else w, rows, out.data.ptr, 203, 0, cfg)()
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

@@ -37,7 +37,7 @@ def ctx():
 class HostWeight:
     """A random quantized weight on host and device, in one of the W8A8 formats."""
 
-    def __init__(self, rng, fmt: str, n: int, k: int, scale_dtype: str = "float32"):
+    def __init__(self, rng, fmt: str, n: int, k: int, scale_dtype: str = "float32", layout: str = "rows"):
         import cupy
 
         from gdn_kernels import W8a8Weight
@@ -60,6 +60,8 @@ class HostWeight:
         self.ds = cupy.asarray(s_dev)
         self.w = W8a8Weight.from_pointers(self.dq.data.ptr, self.ds.data.ptr, n, k, format=fmt,
                                           scale_dtype=scale_dtype, owner=(self.dq, self.ds))
+        if layout == "tiles16":
+            self.w = self.w.tile_major()
 
     def decoded(self) -> np.ndarray:
         """float64 [n, k] dequantized weight."""
@@ -177,13 +179,18 @@ def test_fp8_exact_where_the_arithmetic_is_exact(ctx, fmt, dtype):
     outliers=st.booleans(),
     zero_row=st.integers(0, 60),
     seed=st.integers(0, 2**31 - 1),
+    layout=st.sampled_from(["rows", "tiles16"]),
 )
-@example(n=16, kb=1, rows=1, dtype="bfloat16", ldx_pad=0, ldc_pad=0, outliers=False, zero_row=0, seed=1)
-@example(n=129, kb=3, rows=17, dtype="float16", ldx_pad=8, ldc_pad=1, outliers=True, zero_row=5, seed=2)
-def test_proj_matches_reference(ctx, fmt, n, kb, rows, dtype, ldx_pad, ldc_pad, outliers, zero_row, seed):
+@example(n=16, kb=1, rows=1, dtype="bfloat16", ldx_pad=0, ldc_pad=0, outliers=False, zero_row=0, seed=1,
+         layout="rows")
+@example(n=129, kb=3, rows=17, dtype="float16", ldx_pad=8, ldc_pad=1, outliers=True, zero_row=5, seed=2,
+         layout="tiles16")
+@example(n=300, kb=2, rows=70, dtype="bfloat16", ldx_pad=0, ldc_pad=3, outliers=True, zero_row=9, seed=3,
+         layout="tiles16")
+def test_proj_matches_reference(ctx, fmt, n, kb, rows, dtype, ldx_pad, ldc_pad, outliers, zero_row, seed, layout):
     rng = np.random.default_rng(seed)
     k = 128 * kb
-    hw = HostWeight(rng, fmt, n, k)
+    hw = HostWeight(rng, fmt, n, k, layout=layout)
     x = random_activations(rng, rows, k, dtype, outliers=outliers, zero_rows=(zero_row,))
     ok, y = run_proj(ctx, hw, x, dtype, ldx_pad=ldx_pad, ldc_pad=ldc_pad)
     assert ok
@@ -229,16 +236,21 @@ def test_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
 # bf16 weight scales exist for block-scaled fp8 only.
 @pytest.mark.parametrize("fmt, scale_dtype", [(f, "float32") for f in FORMATS] + [("fp8_block", "bfloat16")])
 def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
+    """Bitwise row invariance and determinism, and the two weight layouts give the same bits."""
     rng = np.random.default_rng(7)
     hw = HostWeight(rng, fmt, 300, 1280, scale_dtype)
     x = random_activations(rng, 256, 1280, "bfloat16", outliers=True, zero_rows=(3,))
     _, full = run_proj(ctx, hw, x, "bfloat16")
     _, again = run_proj(ctx, hw, x, "bfloat16")
     assert (full.view(np.uint16) == again.view(np.uint16)).all(), "run-to-run results differ"
-    for rows in (1, 2, 7, 8, 9, 16, 17, 33, 100):
+    rows_w = hw.w
+    for rows in (1, 2, 7, 8, 9, 16, 17, 33, 100, 256):
         pick = rng.choice(256, rows, replace=False)
-        _, sub = run_proj(ctx, hw, x[pick], "bfloat16")
-        assert (sub.view(np.uint16) == full[pick].view(np.uint16)).all(), f"row invariance broken at rows={rows}"
+        for hw.w in (rows_w, rows_w.tile_major()):
+            _, sub = run_proj(ctx, hw, x[pick], "bfloat16")
+            assert (sub.view(np.uint16) == full[pick].view(np.uint16)).all(), \
+                f"row invariance broken at rows={rows}, layout {hw.w.layout}"
+    hw.w = rows_w
     check_output(hw, x, full, "bfloat16")
 
 
@@ -250,7 +262,7 @@ MODEL_SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816
 @pytest.mark.parametrize("n,k", MODEL_SHAPES)
 def test_model_shapes(ctx, fmt, n, k):
     rng = np.random.default_rng(n + k)
-    hw = HostWeight(rng, fmt, n, k)
+    hw = HostWeight(rng, fmt, n, k, layout="tiles16")
     for rows in (1, 16, 256) if n * k <= 16384 * 5120 else (3,):
         x = random_activations(rng, rows, k, "bfloat16", outliers=True)
         ok, y = run_proj(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=8)
@@ -368,7 +380,7 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
     import cupy
 
     rng = np.random.default_rng(43)
-    hw = HostWeight(rng, fmt, 2048, 4096)
+    hw = HostWeight(rng, fmt, 2048, 4096, layout="tiles16")
     xs = [random_activations(rng, int(r), 4096, "bfloat16") for r in rng.integers(1, 40, 20)]
     stream = cupy.cuda.Stream(non_blocking=True)
     bufs = [to_device_2d(x, 4096) for x in xs]
@@ -384,8 +396,8 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_schedule_gives_the_same_bits(ctx, fmt):
-    """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy) change
-    no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
+    """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy, the
+    weight layout) change no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
     K whose chunks do not divide among the warps, writing nothing outside the output."""
     import cupy
 
@@ -394,19 +406,45 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
     rng = np.random.default_rng(11)
     hw = HostWeight(rng, fmt, 300, 1280)
+    packed = hw.w.tile_major()
     for rows in (1, 5, 16, 40, 100):
         x = random_activations(rng, rows, 1280, "bfloat16", outliers=True)
         ok, want = run_proj(ctx, hw, x, "bfloat16")
         assert ok
         x_dev = cupy.asarray(x.view(np.uint16))
         tiles = _build.gemm_tiles(rows)
-        for cfg in _build.sweep_cfgs(tiles):
+        for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True):
             offset, ldc = 8, hw.n + 3
             size = rows * ldc + 2 * offset
             out = poisoned(size)
             ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
-            w8a8_gemm_launcher(ctx, hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
+            w8a8_gemm_launcher(ctx, packed if cfg.packed else hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
             host = out.get()
             assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
             assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} rows {rows} differs from the shipped schedule"
+
+
+def test_tile_major_layout_is_the_documented_permutation():
+    """W8a8Weight.tile_major's bytes, checked element by element against the layout the GEMM
+    reads (kernels/w8a8_gemm.cu): tile T, chunk c, piece j, lane l hold row 16T + l/4 + 8 (j % 2),
+    bytes 128c + 64 (j / 2) + 16 (l % 4) + 0..15; rows past N are zero."""
+    rng = np.random.default_rng(5)
+    n, k = 40, 384
+    hw = HostWeight(rng, "int8", n, k)
+    packed = hw.w.tile_major()
+    assert packed.layout == "tiles16" and packed.scale == hw.w.scale
+    import cupy
+
+    got = cupy.ndarray((48 * k,), cupy.uint8, cupy.cuda.MemoryPointer(
+        cupy.cuda.UnownedMemory(packed.qweight, 48 * k, packed), 0)).get()
+    src = np.zeros((48, k), np.uint8)
+    src[:n] = hw.q.view(np.uint8)
+    for tile in range(3):
+        for c in range(k // 128):
+            for j in range(4):
+                for lane in range(32):
+                    row = 16 * tile + lane // 4 + 8 * (j % 2)
+                    col = 128 * c + 64 * (j // 2) + 16 * (lane % 4)
+                    at = tile * 16 * k + c * 2048 + 512 * j + 16 * lane
+                    assert (got[at:at + 16] == src[row, col:col + 16]).all(), (tile, c, j, lane)

@@ -24,6 +24,7 @@ def w8(n=256, k=512, fmt="int8", **kw):
         (dict(scale=P + 2), "4-byte aligned"),
         (dict(scale_dtype="float16"), "float32 or bfloat16"),
         (dict(scale_dtype="bfloat16"), "scales must be float32"),
+        (dict(layout="cols"), "layout must be one of"),
     ],
 )
 def test_from_pointers_rejects(kwargs, message):
@@ -63,6 +64,11 @@ def test_stacking_rules_checked_before_any_gpu_work():
         W8a8Weight.new([w8(256, 512, fmt="fp8_block"), w8(128, 512, fmt="fp8_block", scale_dtype="bfloat16")])
     with pytest.raises(TypeError):
         W8a8Weight.new([a, "not a weight"])
+    # A tile-major weight passes alone, but stacking reorders rows: segments must be row-major.
+    packed = w8(256, 512, layout="tiles16")
+    assert W8a8Weight.new([packed]) is packed and packed.tile_major() is packed
+    with pytest.raises(ValueError, match="row-major segments"):
+        W8a8Weight.new([packed, b])
 
 
 def test_fp8_weight_maps_to_w8a8_formats():
