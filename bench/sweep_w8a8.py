@@ -76,8 +76,8 @@ def main() -> int:
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
                     for cfg in _build.sweep_cfgs(tiles) + (_build.sweep_cfgs(tiles, True) if args.packed else ()):
-                        key = (f"tiled{cfg.stages}" if cfg.stages else
-                               ("packed_" if cfg.packed else "") + f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
+                        key = ("packed_" if cfg.packed else "") + (
+                            f"tiled{cfg.stages}" if cfg.stages else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg)()

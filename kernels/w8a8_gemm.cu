@@ -367,14 +367,18 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     uint8_t* b = a + kStageA;
 #pragma unroll
     for (int q = 0; q < kN * 8 / 256; ++q) {
-      const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
-      const long long n = min(n0 + r, N - 1);
+      const int id = threadIdx.x + 256 * q;
       if constexpr (kPacked) {
-        // Unit u = 4h + t of row n: tile n / 16, piece j = 2h + (row n % 16 >= 8), lane 4 (n % 8) + t.
-        const int j = 2 * (u >> 2) + ((n >> 3) & 1), l = 4 * (n & 7) + (u & 3);
-        gdn::cp_async16(a + swz(r, u), w + (n >> 4) * 16 * K + (long long)c * 2048 + 512 * j + 16 * l);
+        // The CTA's 8 tiles of chunk c are 8 contiguous 2048-byte blocks: thread id copies 16 bytes
+        // at 16 o of block b, so a warp reads 512 contiguous bytes. That unit is piece j = o / 32,
+        // lane l = o % 32 of the block: row 16 b + l / 4 + 8 (j % 2), unit 4 (j / 2) + l % 4.
+        const int b = id >> 7, o = id & 127, j = o >> 5, l = o & 31;
+        const long long tile = min((n0 >> 4) + b, (N - 1) >> 4);
+        gdn::cp_async16(a + swz(16 * b + (l >> 2) + 8 * (j & 1), 4 * (j >> 1) + (l & 3)),
+                        w + tile * 16 * K + (long long)c * 2048 + 16 * o);
       } else {
-        cp_async_row(a, r, u, w + n * K + (long long)c * 128);
+        const int r = id >> 3, u = id & 7;
+        cp_async_row(a, r, u, w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128);
       }
     }
 #pragma unroll
