@@ -190,8 +190,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
 def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     # From the sweep of the tile-major schedules (sweep_w8a8_packed_h200.md, rows 1-16), among
     # those without local memory: (2, 1, 0, 3) at 16 rows (int8) and for fp8 per channel at 1-8
-    # rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill. From 17 rows the
-    # row-major rules (not swept tile-major).
+    # rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill; so do (2, 1, 1, 1)
+    # and (2, 2, 0, 1) for fp8 at 17+ rows.
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
@@ -200,7 +200,12 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         return GemmCfg(2, 1, 0, 3) if fmt == FMT_INT8 and k <= 2048 else GemmCfg(1, 2, 0, 3)
     if tiles == 2:
         return GemmCfg(1, 2, 1, 1) if fmt == FMT_INT8 and small else GemmCfg(1, 2, 0, 2)
-    return gemm_config(fmt, rows, n, k)
+    # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
+    # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
+    if fmt == FMT_INT8:
+        tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
+        return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
+    return GemmCfg(stages=4) if rows >= 64 and n >= 12288 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
