@@ -16,11 +16,12 @@ GDN_KERNELS_DEBUG
 GDN_KERNELS_NVTX
     ``1`` opens an NVTX range around every dispatch (see :mod:`gdn_kernels._nvtx`).
 GDN_KERNELS_PDL
-    ``0`` launches every kernel plainly. By default the quantizers and GEMMs are launched
-    programmatically dependent on the kernel before them: a GEMM requests its first weight bytes
-    while its quantizer runs, and a quantizer starts launching during the tail of the kernel
-    before it (a GEMM lets the next kernel launch once all its CTAs have started); each waits for
-    its predecessor before touching the memory it shares with it (see bench/NOTES.md).
+    ``0`` launches the GEMMs plainly after their quantizers. By default each GEMM is launched
+    programmatically dependent on its quantizer (it requests its first weight bytes while the
+    quantizer runs) and lets the next kernel of the stream launch once all its CTAs have started.
+    Quantizers are launched plainly (a programmatic launch through cuLaunchKernelEx costs about
+    3 us more host time and measured no gain on the GPU), but wait for the kernel before them
+    before touching memory, so a programmatic launch of them would stay correct (bench/NOTES.md).
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class W8a8Ffn:
             grid = (-(-(self.inter // FP8_BLOCK) // (self._quant_threads // 32)), rows, 1)
         else:
             grid = (rows, 1, 1)
-        self._quant[dtype].launch_dependent(grid, self._quant_threads, stream, self._gu_ptr, q, s, self.inter, ldg)
+        self._quant[dtype].launch(grid, self._quant_threads, stream, self._gu_ptr, q, s, self.inter, ldg)
         ctx.gemm_on_workspace(self.down, rows, out, ldc, stream, dtype)
         if _nvtx.ENABLED:
             _nvtx.pop()

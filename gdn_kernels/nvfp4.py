@@ -255,7 +255,7 @@ class Nvfp4Ctx:
 
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float) -> None:
         packed, s, gs, xd, sxf = self._ws
-        self._quant[dtype].launch_dependent((rows, 1, 1), _build.FP4_QUANT_THREADS, stream,
+        self._quant[dtype].launch((rows, 1, 1), _build.FP4_QUANT_THREADS, stream,
                                   x, packed, s, gs, xd, sxf, static_gs, k, ldx)
 
     def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",

@@ -240,7 +240,7 @@ class W8a8Ctx:
             grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
         else:
             grid = (_build.QUANT_CLUSTER, rows, 1)
-        kernel.launch_dependent(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
+        kernel.launch(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
         """Run only the activation quantizer of ``w``'s format (for tests and profiling).
