@@ -194,12 +194,11 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     # rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill; so do (2, 1, 1, 1)
     # and (2, 2, 0, 1) for fp8 at 17+ rows.
     tiles = gemm_tiles(rows)
-    small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
-        if small:
-            return GemmCfg(1, 4, 0, 1)
-        return GemmCfg(2, 1, 0, 3) if fmt == FMT_INT8 and k <= 2048 else GemmCfg(1, 2, 0, 3)
+        # At 1-8 rows the row-major rules are also the fastest tile-major schedules.
+        return gemm_config(fmt, rows, n, k)
     if tiles == 2:
+        small = n * k <= _SMALL_WEIGHT
         return GemmCfg(1, 2, 1, 1) if fmt == FMT_INT8 and small else GemmCfg(1, 2, 0, 2)
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
