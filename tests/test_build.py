@@ -71,14 +71,16 @@ def test_compile_gate():
 
 
 def test_every_chosen_gemm_schedule_is_compiled():
-    """gemm_config may pick any schedule for any shape and row count, but only the schedules of
+    """gemm_config may pick any schedule for any shape, row count and layout, but only the schedules of
     gemm_configs are compiled and fetched by W8a8Ctx: every pick must be among them."""
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for rows in (1, 5, 8, 9, 16, 17, 32, 63, 64, 100, 128, 256):
             for n in (16, 300, 2048, 5120, 12288, 16384, 34816, 40000):
                 for k in (128, 1280, 2048, 4096, 5120, 6144, 8192, 17408):
-                    cfg = _build.gemm_config(fmt, rows, n, k)
-                    assert cfg in _build.gemm_configs(fmt, _build.gemm_tiles(rows)), (fmt, rows, n, k, cfg)
+                    for packed in (False, True):  # row-major and tile-major weights
+                        cfg = _build.gemm_config(fmt, rows, n, k, packed)
+                        assert cfg.packed == packed
+                        assert cfg in _build.gemm_configs(fmt, _build.gemm_tiles(rows)), (fmt, rows, n, k, cfg)
     names = set(_build.FAMILIES["w8a8_gemm"].instances)
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for tiles in _build.GEMM_TILES:
