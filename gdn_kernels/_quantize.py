@@ -131,8 +131,15 @@ def tile_major(w):
     n16 = -(-n // 16) * 16
     padded = cupy.zeros((n16, k), cupy.uint8)
     padded[:n] = src
+    return tile_major_order(padded)
+
+
+def tile_major_order(padded):
+    """The tile-major copy of a row-major [N16, K] byte array (numpy or CuPy; N16 a multiple of
+    16, K of 128): per 16-row tile and 128-wide chunk, [64-byte half][row group][row][16 bytes]."""
+    n16, k = padded.shape
     tiles = padded.reshape(n16 // 16, 2, 8, k // 128, 2, 4, 16).transpose(0, 3, 4, 1, 2, 5, 6)
-    return cupy.ascontiguousarray(tiles).reshape(n16, k)
+    return tiles.copy(order="C").reshape(n16, k)
 
 
 def stack_bytes(*parts):

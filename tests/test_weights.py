@@ -135,3 +135,25 @@ def test_fp8_block_qualification():
     assert fp8_block_mixer("ctx", (blk, ch), out) is None
     mixer = fp8_block_mixer("ctx", blk, out)
     assert mixer.input.format is WeightFormat.FP8_BLOCK and mixer.output.n == 512
+
+
+def test_tile_major_order_is_the_documented_permutation():
+    """The byte order of W8a8Weight.tile_major (numpy here, the same function on the GPU), against
+    kernels/w8a8_gemm.cu's description: tile T, chunk c, piece j, lane l hold row
+    16T + l/4 + 8 (j % 2), bytes 128c + 64 (j / 2) + 16 (l % 4) + 0..15."""
+    import numpy as np
+
+    from gdn_kernels._quantize import tile_major_order
+
+    k = 384
+    src = np.random.default_rng(0).integers(0, 256, (48, k), dtype=np.uint8)
+    got = tile_major_order(src).reshape(-1)
+    assert got.shape == (48 * k,) and sorted(got) == sorted(src.reshape(-1))
+    for tile in range(3):
+        for c in range(k // 128):
+            for j in range(4):
+                for lane in range(32):
+                    row = 16 * tile + lane // 4 + 8 * (j % 2)
+                    col = 128 * c + 64 * (j // 2) + 16 * (lane % 4)
+                    at = tile * 16 * k + c * 2048 + 512 * j + 16 * lane
+                    assert (got[at:at + 16] == src[row, col:col + 16]).all(), (tile, c, j, lane)
