@@ -2,7 +2,8 @@
 
 A weight is a dataclass of device pointers, shapes and the segments it was stacked from. It can
 be built from raw pointers (no GPU needed: validation is pure), from arrays of any framework,
-by quantizing a floating-point weight on the GPU, or by stacking 1 to 3 segments along N.
+by quantizing a floating-point weight on the GPU, or by stacking 1 to 3 segments along N; and
+copied once into the tile-major layout the GEMM reads fastest (``W8a8Weight.tile_major``).
 """
 
 from __future__ import annotations
