@@ -1,4 +1,5 @@
-"""Device helpers for the GPU tests: bf16/fp16 buffers, poison, comparisons."""
+"""Helpers for the GPU tests: bf16/fp16 buffers, poison, comparisons; and the tile-major layout
+check that the CPU test of the same byte order shares."""
 
 from __future__ import annotations
 
@@ -67,3 +68,19 @@ def random_activations(rng: np.random.Generator, rows: int, k: int, dtype: str, 
         if r < rows:
             x[r] = 0.0
     return x.astype(NP_DTYPE[dtype])
+
+
+def assert_tile_major(got: np.ndarray, src: np.ndarray) -> None:
+    """got (flat bytes) is row-major src [N16, K] in the tile-major order kernels/w8a8_gemm.cu
+    reads: tile T, chunk c, piece j, lane l hold row 16T + l/4 + 8 (j % 2), bytes
+    128c + 64 (j / 2) + 16 (l % 4) + 0..15."""
+    n16, k = src.shape
+    assert got.shape == (n16 * k,)
+    for tile in range(n16 // 16):
+        for c in range(k // 128):
+            for j in range(4):
+                for lane in range(32):
+                    row = 16 * tile + lane // 4 + 8 * (j % 2)
+                    col = 128 * c + 64 * (j // 2) + 16 * (lane % 4)
+                    at = tile * 16 * k + c * 2048 + 512 * j + 16 * lane
+                    assert (got[at:at + 16] == src[row, col:col + 16]).all(), (tile, c, j, lane)

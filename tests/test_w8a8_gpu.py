@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gdn_kernels import reference as ref
 from tests.gpu_util import (
     NP_DTYPE,
+    assert_tile_major,
     POISON,
     poisoned,
     random_activations,
@@ -426,25 +427,17 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
 
 def test_tile_major_layout_is_the_documented_permutation():
-    """W8a8Weight.tile_major's bytes, checked element by element against the layout the GEMM
-    reads (kernels/w8a8_gemm.cu): tile T, chunk c, piece j, lane l hold row 16T + l/4 + 8 (j % 2),
-    bytes 128c + 64 (j / 2) + 16 (l % 4) + 0..15; rows past N are zero."""
+    """W8a8Weight.tile_major's bytes on the device, checked element by element against the layout
+    the GEMM reads (tests.gpu_util.assert_tile_major); rows past N are zero."""
+    import cupy
+
     rng = np.random.default_rng(5)
     n, k = 40, 384
     hw = HostWeight(rng, "int8", n, k)
     packed = hw.w.tile_major()
     assert packed.layout == "tiles16" and packed.scale == hw.w.scale
-    import cupy
-
     got = cupy.ndarray((48 * k,), cupy.uint8, cupy.cuda.MemoryPointer(
         cupy.cuda.UnownedMemory(packed.qweight, 48 * k, packed), 0)).get()
     src = np.zeros((48, k), np.uint8)
     src[:n] = hw.q.view(np.uint8)
-    for tile in range(3):
-        for c in range(k // 128):
-            for j in range(4):
-                for lane in range(32):
-                    row = 16 * tile + lane // 4 + 8 * (j % 2)
-                    col = 128 * c + 64 * (j // 2) + 16 * (lane % 4)
-                    at = tile * 16 * k + c * 2048 + 512 * j + 16 * lane
-                    assert (got[at:at + 16] == src[row, col:col + 16]).all(), (tile, c, j, lane)
+    assert_tile_major(got, src)
