@@ -128,9 +128,11 @@ class W8a8Weight:
         """This weight with its bytes copied (on the GPU, once: call at load time) into the
         tile-major layout the GEMM reads fastest: each warp load 512 contiguous bytes instead of
         64-byte pieces of 16 rows (bench/NOTES.md v4). Outputs are the same bit for bit. The copy
-        has N padded to a multiple of 16 and is owned by the result, which shares the scales and
-        keeps this weight's memory alive too; drop this weight (and its memory) if it is no longer
-        needed. A tile-major weight is returned as it is."""
+        has N padded to a multiple of 16 and is owned by the result, which shares this weight's
+        scales and so keeps this weight (and its row-major bytes) alive while it lives: both
+        copies stay allocated. A caller that must hold one copy only can write the tile-major
+        bytes itself and wrap them with ``from_pointers(..., layout="tiles16")``. A tile-major
+        weight is returned as it is."""
         if self.layout == "tiles16":
             return self
         from gdn_kernels import _quantize
