@@ -29,7 +29,7 @@ def main() -> int:
     ap.add_argument("--rows", default="1,8,16,32,64")
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
     ap.add_argument("--replays", type=int, default=30)
-    ap.add_argument("--packed", action="store_true", help="also time the decode schedules on tile-major weights")
+    ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
     args = ap.parse_args()
 
     import cupy
@@ -103,7 +103,8 @@ def main() -> int:
     keys = sorted({kk for r in records for kk in r["schedules"]})
     lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
              "GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
-             "b (CTAs an SM); proj = quantizer + GEMM, plain and PDL.", "",
+             "b (CTAs an SM), tiledN (the tiled kernel, N stages); packed_*: the same on tile-major weights "
+             "(--packed); proj = quantizer + GEMM on row-major weights, plain and PDL.", "",
              "| format | N | K | rows | floor | quant | proj | proj PDL | " + " | ".join(keys) + " |",
              "|" + "---|" * (8 + len(keys))]
     for r in records:
