@@ -30,6 +30,9 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
+    ap.add_argument("--pre", action="store_true",
+                    help="instead: the shared-memory staging schedules (_build.pre_sweep_cfgs, rows 1-16) on "
+                         "tile-major weights, each timed as a whole projection (quantizer + GEMM with PDL)")
     args = ap.parse_args()
 
     import cupy
@@ -52,7 +55,7 @@ def main() -> int:
                 nrot = bench.rotation_count(first.nbytes, l2)
                 weights = [first] + [bench.random_w8a8_weight(fmt, n, k, 2 + i) for i in range(nrot - 1)]
                 # Tile-major copies for the packed schedules (--packed), as many as the weights.
-                packed_weights = [w.tile_major() for w in weights] if args.packed else []
+                packed_weights = [w.tile_major() for w in weights] if args.packed or args.pre else []
                 rs = cupy.random.RandomState(5)
                 x = (rs.standard_normal((max(rows_list), k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
                 out = cupy.empty((max(rows_list), n), cupy.uint16)
@@ -75,17 +78,23 @@ def main() -> int:
                     # The shipped schedule's bits, then every schedule against them.
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
-                    for cfg in _build.sweep_cfgs(tiles) + (_build.sweep_cfgs(tiles, True) if args.packed else ()):
+                    if args.pre:
+                        cfgs, family, x_ptr = _build.pre_sweep_cfgs(tiles), "w8a8_gemm_pre_sweep", x.data.ptr
+                    else:
+                        cfgs = _build.sweep_cfgs(tiles) + (_build.sweep_cfgs(tiles, True) if args.packed else ())
+                        family, x_ptr = "w8a8_gemm_sweep", None
+                    for cfg in cfgs:
                         key = ("packed_" if cfg.packed else "") + (
                             f"tiled{cfg.stages}" if cfg.stages else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
+                        key += f"_pre{cfg.pre}" if args.pre else ""
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
-                        bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg)()
+                        bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()
                         same = bool((out[:rows] == ref_out[:rows]).all())
                         if not same:
                             rec["schedules"][key] = "DIFFERENT BITS"
                             continue
-                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg)
+                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)
                                     for w in ws]
                         rec["schedules"][key] = bench.time_graph(launches, stream, args.replays)
                     timed = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
@@ -104,7 +113,9 @@ def main() -> int:
     lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
              "GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
              "b (CTAs an SM), tiledN (the tiled kernel, N stages); packed_*: the same on tile-major weights "
-             "(--packed); proj = quantizer + GEMM on row-major weights, plain and PDL.", "",
+             "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
+             "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
+             "proj = quantizer + GEMM on row-major weights, plain and PDL.", "",
              "| format | N | K | rows | floor | quant | proj | proj PDL | " + " | ".join(keys) + " |",
              "|" + "---|" * (8 + len(keys))]
     for r in records:

@@ -115,7 +115,9 @@ class GemmCfg:
     ``packed`` 1 reads the tile-major weight layout (W8a8Weight.tile_major), 0 the row-major one.
     ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
-    this one, ``min_blocks`` CTAs a multiprocessor should hold. ``stages`` > 0:
+    this one, ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies
+    into shared memory before it waits on the quantizer (so the weight streams while the
+    quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
     (for many rows). No field changes an output bit (both kernels do the decode kernel's
     arithmetic, K split GEMM_WARPS ways), so the schedule may depend on the shape and the row
@@ -127,13 +129,18 @@ class GemmCfg:
     min_blocks: int = 1
     stages: int = 0
     packed: int = 0
+    pre: int = 0
 
     threads = 32 * GEMM_WARPS
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory of a CTA in bytes (a 16 KB weight and an 8 KB token tile a stage)."""
-        return self.stages * (128 + 64) * 128
+        """Dynamic shared memory of a CTA in bytes: for the tiled kernel a 16 KB weight and an 8 KB
+        token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
+        stages before waiting on the quantizer."""
+        if self.stages:
+            return self.stages * (128 + 64) * 128
+        return GEMM_WARPS * self.pre * self.m * 2048
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.stages:
@@ -144,7 +151,7 @@ class GemmCfg:
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
-                f"{self.min_blocks}, {self.packed}, {out_t}, {scale_t}>")
+                f"{self.min_blocks}, {self.packed}, {self.pre}, {out_t}, {scale_t}>")
 
 
 # The schedule of each tile count before shape tuning (the one the sweep compares with).
@@ -264,6 +271,34 @@ def sweep_cfgs(tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
     return cfgs
 
 
+# Shared-memory staging before the quantizer wait (GemmCfg.pre), swept on tile-major weights at
+# 1-16 rows, where the quantizer is a large part of a projection: each base schedule with 1, 2
+# or 4 chunks a warp staged, within 200 KB of shared memory a multiprocessor. Compiled only in
+# the "w8a8_gemm_pre_sweep" family, timed as whole projections (bench/sweep_w8a8.py --pre).
+PRE_SWEEP_BASES = {
+    1: (GemmCfg(1, 2, 0, 3), GemmCfg(1, 2, 0, 2), GemmCfg(1, 4, 0, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 2, 0, 1)),
+    2: (GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 1, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 1, 1, 2)),
+}
+
+
+def pre_sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
+    """Tile-major schedules of the staging sweep for a tile count (1 or 2): every base with
+    ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows."""
+    cfgs = []
+    for c in PRE_SWEEP_BASES.get(tiles, ()):
+        for pre in (0, 1, 2, 4):
+            cfg = GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, 0, packed=1, pre=pre)
+            if cfg.smem * c.min_blocks <= 200 * 1024:
+                cfgs.append(cfg)
+    return tuple(cfgs)
+
+
+def _pre_sweep_instances() -> tuple[str, ...]:
+    return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
+                 for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
+                 for tiles in (1, 2) for cfg in pre_sweep_cfgs(tiles))
+
+
 def _sweep_instances() -> tuple[str, ...]:
     return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
                  for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
@@ -315,6 +350,7 @@ FAMILIES: dict[str, Family] = {
     "act_quant": Family("act_quant.cu", _quant_instances(), _quant_instances()),
     "w8a8_gemm": Family("w8a8_gemm.cu", _gemm_instances(), _gemm_instances()),
     "w8a8_gemm_sweep": Family("w8a8_gemm.cu", _sweep_instances(), ()),
+    "w8a8_gemm_pre_sweep": Family("w8a8_gemm.cu", _pre_sweep_instances(), ()),
     "fp4_quant": Family("fp4_quant.cu", tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES),
                         tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
     "fp4_mx_gemm": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES),

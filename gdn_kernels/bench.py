@@ -326,10 +326,13 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
     return records
 
 
-def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep"):
-    """A callable that launches only the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
-    ``_build.GemmCfg``) on the activations already in ``ctx``'s workspace, writing bf16 ``out``:
-    for the schedule sweep and the tests that every schedule gives the same bits."""
+def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep",
+                       x_ptr: int | None = None):
+    """A callable that launches the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
+    ``_build.GemmCfg``), writing bf16 ``out``: for the schedule sweep and the tests that every
+    schedule gives the same bits. Without ``x_ptr`` it runs only the GEMM, on the activations
+    already in ``ctx``'s workspace; with it (bf16 [rows, K], row stride K) the whole projection
+    as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
@@ -342,7 +345,11 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     def launch():
         kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
 
-    return launch
+    def launch_proj():
+        ctx.quantize_activations(w, x_ptr, w.k, rows, stream_ptr)
+        kern.launch_dependent(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
+
+    return launch if x_ptr is None else launch_proj
 
 
 def random_nvfp4_weight(n: int, k: int, seed: int):

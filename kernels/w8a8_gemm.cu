@@ -81,6 +81,7 @@ __device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], i
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
 template <int kFmt, int kM, int kTiles, int kUnroll>
 struct Round {
+  static constexpr int kU = kUnroll;
   // w[u][m]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of chunk u, tile m.
   uint4 w[kUnroll][kM][4];
   uint4 x[kUnroll][kTiles][2];
@@ -93,10 +94,13 @@ struct Round {
 // fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
 // round r + 1 before computing round r (twice the registers, loads always in flight).
 // kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  kPacked: the weight's
-// layout, 0 row-major, 1 tile-major (below).  OutT: bf16 or fp16 output.  SwT: the weight
-// scale's type (fp32, or bf16 for block scales stored so).
-// None of kM, kUnroll, kPipe, kMinBlocks, kPacked changes any output bit: a row's products, their
-// chunk partials and the order they are summed in depend on kWarps and K alone.
+// layout, 0 row-major, 1 tile-major (below).  kPre: chunks of each warp's weight (all kM tiles)
+// copied into dynamic shared memory (kWarps * kPre * kM * 2048 bytes) before the wait on the
+// quantizer, so that with programmatic dependent launch the weight streams while the quantizer
+// runs, beyond what the registers of one round hold.  OutT: bf16 or fp16 output.  SwT: the
+// weight scale's type (fp32, or bf16 for block scales stored so).
+// None of kM, kUnroll, kPipe, kMinBlocks, kPacked, kPre changes any output bit: a row's products,
+// their chunk partials and the order they are summed in depend on kWarps and K alone.
 // w: [N, K] 1-byte weight, row-major, or tile-major: N padded to a multiple of 16 with zero rows,
 // then for each 16-row tile T and 128-wide chunk c the 2048 bytes of rows 16T..16T+15 ordered
 // [h][row group][row][16-byte unit] (h the 64-byte half of the chunk, row group 0 the tile's first
@@ -104,7 +108,7 @@ struct Round {
 // xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
 // out: [rows, N] at row stride ldc (elements).
 template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
-          int kPacked, typename OutT, typename SwT>
+          int kPacked, int kPre, typename OutT, typename SwT>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
@@ -149,6 +153,18 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
 
+  // Piece j of weight tile m, chunk c for this lane: row g half 0, row g+8 half 0, row g half 1,
+  // row g+8 half 1 (16 bytes).
+  auto w_piece = [&](int m, int c, int j) -> const uint8_t* {
+    if constexpr (kPacked) {
+      return p_w[m][0] + (long long)c * 2048 + 512 * j;
+    } else {
+      return p_w[m][j & 1] + (long long)c * 128 + 64 * (j >> 1);
+    }
+  };
+  auto load_sw = [&](auto& b, int u, int m, int c) {
+    if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
+  };
   // The weight part of a round: independent of the kernel before this one.
   auto load_w = [&](R& b, int c0) {
 #pragma unroll
@@ -157,26 +173,18 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       if (c < chunks) {
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
-          if constexpr (kPacked) {
-            const uint8_t* p = p_w[m][0] + (long long)c * 2048;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) b.w[u][m][j] = gdn::ld_stream_v4(p + 512 * j);
-          } else {
-            const long long off = (long long)c * 128;
-            b.w[u][m][0] = gdn::ld_stream_v4(p_w[m][0] + off);
-            b.w[u][m][1] = gdn::ld_stream_v4(p_w[m][1] + off);
-            b.w[u][m][2] = gdn::ld_stream_v4(p_w[m][0] + off + 64);
-            b.w[u][m][3] = gdn::ld_stream_v4(p_w[m][1] + off + 64);
-          }
-          if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
+          for (int j = 0; j < 4; ++j) b.w[u][m][j] = gdn::ld_stream_v4(w_piece(m, c, j));
+          load_sw(b, u, m, c);
         }
       }
     }
   };
   // The activation part: written by the quantizer, read only after pdl_wait.
-  auto load_x = [&](R& b, int c0) {
+  auto load_x = [&](auto& b, int c0) {
+    constexpr int kU = sizeof(b.w) / sizeof(b.w[0]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         const long long off = (long long)c * 128;
@@ -201,9 +209,10 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[m][j][r] = Acc(0);
 
-  auto compute = [&](const R& b, int c0) {
+  auto compute = [&](const auto& b, int c0) {
+    constexpr int kU = sizeof(b.w) / sizeof(b.w[0]);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       if (c0 + u * kWarps < chunks) {
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
@@ -252,15 +261,59 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
   };
 
-  // The first round's weight is requested before waiting on the quantizer: with programmatic
-  // dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while it still runs. Launched
-  // plainly, the wait returns at once.
+  // Shared-memory staging (kPre > 0): piece j of tile m of the warp's i-th chunk, lane l, at
+  // ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + l) * 16. Each lane reads back only the bytes it
+  // copied, so its own cp.async wait orders them.
+  extern __shared__ __align__(128) uint8_t smem[];
+  auto pre_slot = [&](int i, int m, int j) {
+    return smem + ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + lane) * 16;
+  };
+  if constexpr (kPre > 0) {
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+      const int c = warp + i * kWarps;
+      if (c < chunks) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) gdn::cp_async16(pre_slot(i, m, j), w_piece(m, c, j));
+      }
+    }
+    gdn::cp_async_commit();
+  }
+  // The staged chunks come first in the warp's chunk order; the register rounds follow.
+  const int c_reg = warp + kPre * kWarps;
+  auto compute_staged = [&]() {
+    if constexpr (kPre > 0) {
+      gdn::cp_async_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kPre; ++i) {
+        const int c = warp + i * kWarps;
+        Round<kFmt, kM, kTiles, 1> b;
+        if (c < chunks) {
+#pragma unroll
+          for (int m = 0; m < kM; ++m) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) b.w[0][m][j] = *reinterpret_cast<const uint4*>(pre_slot(i, m, j));
+            load_sw(b, 0, m, c);
+          }
+        }
+        load_x(b, c);
+        compute(b, c);
+      }
+    }
+  };
+
+  // The first register round's weight (and the staged chunks) are requested before waiting on
+  // the quantizer: with programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while
+  // it still runs. Launched plainly, the wait returns at once.
   if constexpr (kPipe) {
     R cur, nxt;
-    load_w(cur, warp);
+    load_w(cur, c_reg);
     gdn::pdl_wait();
-    load_x(cur, warp);
-    for (int c0 = warp; c0 < chunks; c0 += kStep) {
+    compute_staged();
+    load_x(cur, c_reg);
+    for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
       const bool more = c0 + kStep < chunks;
       if (more) {
         load_w(nxt, c0 + kStep);
@@ -271,10 +324,11 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
   } else {
     R cur;
-    load_w(cur, warp);
+    load_w(cur, c_reg);
     gdn::pdl_wait();
-    for (int c0 = warp; c0 < chunks; c0 += kStep) {
-      if (c0 != warp) load_w(cur, c0);
+    compute_staged();
+    for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
+      if (c0 != c_reg) load_w(cur, c0);
       load_x(cur, c0);
       compute(cur, c0);
     }

@@ -398,8 +398,10 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_schedule_gives_the_same_bits(ctx, fmt):
     """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy, the
-    weight layout) change no output bit: each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a
-    K whose chunks do not divide among the warps, writing nothing outside the output."""
+    weight layout, chunks staged in shared memory before the quantizer wait) change no output bit:
+    each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a K whose chunks do
+    not divide among the warps, writing nothing outside the output. The staging schedules run as
+    whole projections (quantizer, then the GEMM programmatically dependent on it)."""
     import cupy
 
     from gdn_kernels import _build
@@ -414,12 +416,24 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
         assert ok
         x_dev = cupy.asarray(x.view(np.uint16))
         tiles = _build.gemm_tiles(rows)
-        for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True):
+        cases = [(cfg, "w8a8_gemm_sweep") for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)]
+        cases += [(cfg, "w8a8_gemm_pre_sweep") for cfg in _build.pre_sweep_cfgs(tiles)]
+        stream = cupy.cuda.Stream(non_blocking=True)
+        for cfg, family in cases:
             offset, ldc = 8, hw.n + 3
             size = rows * ldc + 2 * offset
             out = poisoned(size)
-            ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
-            w8a8_gemm_launcher(ctx, packed if cfg.packed else hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
+            wt = packed if cfg.packed else hw.w
+            if family == "w8a8_gemm_pre_sweep":
+                # A non-blocking stream (a programmatic launch needs one) does not wait for the
+                # legacy stream's fills.
+                cupy.cuda.Device().synchronize()
+                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, stream.ptr, cfg, family,
+                                   x_dev.data.ptr)()
+                stream.synchronize()
+            else:
+                ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
+                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
             host = out.get()
             assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
