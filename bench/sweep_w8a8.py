@@ -38,7 +38,6 @@ def main() -> int:
     import cupy
 
     from gdn_kernels import W8a8Ctx, _build, bench
-    from gdn_kernels.w8a8 import _FMT
 
     shapes = SHAPES + [tuple(int(v) for v in s.split(",")) for s in args.shape]
     rows_list = [int(r) for r in args.rows.split(",")]
@@ -87,9 +86,7 @@ def main() -> int:
                     for cfg in cfgs:
                         key = ("packed_" if cfg.packed else "") + (
                             f"tiled{cfg.stages}" if cfg.stages else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
-                        key += (f"_pre{cfg.pre}" + ("_fused" if cfg.fused else "")) if args.pre else ""
-                        if cfg.fused and _build.fused_smem(cfg, _FMT[first.format], rows, k) > _build.FUSED_SMEM_MAX:
-                            continue
+                        key += f"_pre{cfg.pre}" if args.pre else ""
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()

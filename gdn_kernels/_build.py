@@ -117,9 +117,7 @@ class GemmCfg:
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
     this one, ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies
     into shared memory before it waits on the quantizer (so the weight streams while the
-    quantizer runs); ``fused`` 1: w8a8_fused_kernel, the same for rows 1-8 with the activations
-    quantized by every CTA itself (no quantizer kernel; its dynamic shared memory is
-    :func:`fused_smem`, at most ``smem``). ``stages`` > 0:
+    quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
     (for many rows). No field changes an output bit (both kernels do the decode kernel's
     arithmetic, K split GEMM_WARPS ways), so the schedule may depend on the shape and the row
@@ -132,7 +130,6 @@ class GemmCfg:
     stages: int = 0
     packed: int = 0
     pre: int = 0
-    fused: int = 0
 
     threads = 32 * GEMM_WARPS
 
@@ -143,8 +140,6 @@ class GemmCfg:
         stages before waiting on the quantizer."""
         if self.stages:
             return self.stages * (128 + 64) * 128
-        if self.fused:
-            return FUSED_SMEM_MAX
         return GEMM_WARPS * self.pre * self.m * 2048
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
@@ -155,9 +150,6 @@ class GemmCfg:
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
-        if self.fused:
-            return (f"w8a8_fused_kernel<{fmt}, {self.m}, {self.unroll}, {self.pipe}, {self.min_blocks}, "
-                    f"{self.packed}, {self.pre}, {out_t}, {scale_t}>")
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {self.packed}, {self.pre}, {out_t}, {scale_t}>")
 
@@ -279,19 +271,6 @@ def sweep_cfgs(tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
     return cfgs
 
 
-# The most dynamic shared memory a fused GEMM (w8a8_fused_kernel) launch may take: its staged
-# chunks, the quantized rows and their scales.
-FUSED_SMEM_MAX = 160 * 1024
-
-
-def fused_smem(cfg: GemmCfg, fmt: int, rows: int, k: int) -> int:
-    """Dynamic shared memory of a w8a8_fused_kernel CTA: the staged chunks, the quantized rows at
-    a stride of k + 16 bytes, then their fp32 scales (one a row, or one a 128-group for block
-    scales)."""
-    scales = k // 128 if fmt == FMT_FP8_BLOCK else 1
-    return GEMM_WARPS * cfg.pre * cfg.m * 2048 + rows * (k + 16) + 4 * rows * scales
-
-
 # Shared-memory staging before the quantizer wait (GemmCfg.pre), swept on tile-major weights at
 # 1-16 rows, where the quantizer is a large part of a projection: each base schedule with 1, 2
 # or 4 chunks a warp staged, within 200 KB of shared memory a multiprocessor. Compiled only in
@@ -304,15 +283,13 @@ PRE_SWEEP_BASES = {
 
 def pre_sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     """Tile-major schedules of the staging sweep for a tile count (1 or 2): every base with
-    ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows; at one tile also each of
-    them fused (the CTAs quantize the activations themselves)."""
+    ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows."""
     cfgs = []
-    for fused in (0, 1) if tiles == 1 else (0,):
-        for c in PRE_SWEEP_BASES.get(tiles, ()):
-            for pre in (0, 1, 2, 4):
-                cfg = GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, 0, packed=1, pre=pre, fused=fused)
-                if GEMM_WARPS * pre * c.m * 2048 * c.min_blocks <= 200 * 1024:
-                    cfgs.append(cfg)
+    for c in PRE_SWEEP_BASES.get(tiles, ()):
+        for pre in (0, 1, 2, 4):
+            cfg = GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, 0, packed=1, pre=pre)
+            if cfg.smem * c.min_blocks <= 200 * 1024:
+                cfgs.append(cfg)
     return tuple(cfgs)
 
 
@@ -421,26 +398,22 @@ class Kernel:
             bufs = self._local.bufs = (args, nbytes, extra, ctypes.addressof(extra))
         return bufs
 
-    def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args, smem: int | None = None) -> None:
-        """Launch plainly; ``smem``: dynamic shared memory of this launch (at most the kernel's
-        ``smem``, the default)."""
+    def launch(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1,
-                       self.smem if smem is None else smem, stream, 0, extra_addr)
+        _driver_launch(self.ptr, grid[0], grid[1], grid[2], block, 1, 1, self.smem, stream, 0, extra_addr)
 
-    def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args,
-                         smem: int | None = None) -> None:
+    def launch_dependent(self, grid: tuple[int, int, int], block: int, stream: int, *args) -> None:
         """Launch with programmatic dependent launch: the kernel may start while the preceding
         kernel of the stream runs, and must call ``pdl_wait`` before it reads that kernel's
         output (kernels/include/gdn/ptx.cuh)."""
         if stream == 0 or not PDL_ENABLED:
             # The legacy default stream synchronises with every other stream: launch plainly.
-            self.launch(grid, block, stream, *args, smem=smem)
+            self.launch(grid, block, stream, *args)
             return
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
-        _pdl_launch(self.ptr, grid, block, self.smem if smem is None else smem, stream, extra_addr)
+        _pdl_launch(self.ptr, grid, block, self.smem, stream, extra_addr)
 
 
 class _LaunchAttr(ctypes.Structure):

@@ -332,21 +332,15 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     ``_build.GemmCfg``), writing bf16 ``out``: for the schedule sweep and the tests that every
     schedule gives the same bits. Without ``x_ptr`` it runs only the GEMM, on the activations
     already in ``ctx``'s workspace; with it (bf16 [rows, K], row stride K) the whole projection
-    as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it, or
-    for a fused schedule the one kernel that does both."""
+    as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
     tiles = _build.gemm_tiles(rows)
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
-    kern = ctx.modules.kernel(family, name, "PPPqPqiii" if cfg.fused else "PPPPPqiii", cfg.smem)
+    kern = ctx.modules.kernel(family, name, "PPPPPqiii", cfg.smem)
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)
-    if cfg.fused:
-        # One kernel quantizes and multiplies (w8a8_fused_kernel).
-        smem = _build.fused_smem(cfg, _FMT[w.format], rows, w.k)
-        return lambda: kern.launch_dependent(grid, cfg.threads, stream_ptr, w.qweight, w.scale, x_ptr, w.k,
-                                             out_ptr, ldc, w.n, w.k, rows, smem=smem)
 
     def launch():
         kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)

@@ -5,13 +5,30 @@
 // (gdn_kernels/reference.py), so q and the scales are bit-equal to it.
 #include "gdn/convert.cuh"
 #include "gdn/ptx.cuh"
-#include "gdn/quant.cuh"
 #include "gdn/vec.cuh"
 
 // Scales are tested for zero on their bits: under -ftz a float comparison would take a
 // subnormal scale (a row of subnormal-sized values) for zero.
 
 namespace {
+
+// Eight values quantized with a nonzero scale, packed in 8 bytes: int8 rne(v / s) clamped to
+// +-127 (kInt8), or e4m3_rn(v / s) saturating at +-448.
+template <bool kInt8>
+__device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
+  uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t b;
+    if constexpr (kInt8) {
+      b = (uint32_t)(max(-127, min(127, __float2int_rn(gdn::div_rn(f[i], scale)))) & 0xff);
+    } else {
+      b = (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale));
+    }
+    packed[i >> 2] |= b << ((i & 3) * 8);
+  }
+  return make_uint2(packed[0], packed[1]);
+}
 
 // Cluster-wide max of one value a CTA (sm_90 thread block clusters): each CTA publishes its value
 // in shared memory, every thread reads all of them through distributed shared memory. The second
@@ -72,19 +89,20 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
   amax = cluster_max_bits<kCluster>(gdn::block_max_bits<kThreads>(amax, red), &slot);
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
   if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
+  const bool zero = __float_as_uint(scale) == 0u;
 #pragma unroll
   for (int i = 0; i < kKeep; ++i) {
     const int o = o0 + i * kThreads + threadIdx.x;
     if (o < o1) {
       float f[8];
       gdn::unpack8<T>(keep[i], f);
-      reinterpret_cast<uint2*>(p_q)[o] = gdn::quant8_or_zero<kInt8>(f, scale);
+      reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
     }
   }
   for (int o = o0 + kKeep * kThreads + threadIdx.x; o < o1; o += kThreads) {
     float f[8];
     gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x) + o), f);
-    reinterpret_cast<uint2*>(p_q)[o] = gdn::quant8_or_zero<kInt8>(f, scale);
+    reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
   }
 }
 
@@ -206,7 +224,8 @@ __device__ __forceinline__ void silu_mul_quant_row(const T* __restrict__ gu, uin
   for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
     float h[8];
     silu_mul8<T>(p_g + k, p_u + k, h);
-    *reinterpret_cast<uint2*>(p_q + k) = gdn::quant8_or_zero<kInt8>(h, scale);
+    *reinterpret_cast<uint2*>(p_q + k) =
+        __float_as_uint(scale) == 0u ? make_uint2(0u, 0u) : quant8<kInt8>(h, scale);
   }
 }
 

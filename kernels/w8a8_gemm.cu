@@ -18,7 +18,6 @@
 // same mapping for the weight rows and the token columns.
 #include "gdn/convert.cuh"
 #include "gdn/ptx.cuh"
-#include "gdn/quant.cuh"
 #include "gdn/vec.cuh"
 
 namespace {
@@ -77,120 +76,6 @@ __device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], i
       }
 }
 
-// A 16-byte piece of quantized activations and one activation scale, from global memory (the
-// quantizer's workspace, read-only while the GEMM runs) or from this CTA's shared memory.
-template <bool kShared>
-__device__ __forceinline__ uint4 ld_x16(const uint8_t* p) {
-  if constexpr (kShared) {
-    uint4 r;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)));
-    return r;
-  } else {
-    return gdn::ld_nc_v4(p);
-  }
-}
-template <bool kShared>
-__device__ __forceinline__ float ld_xs(const float* p) {
-  if constexpr (kShared) {
-    return *p;
-  } else {
-    return __ldg(p);
-  }
-}
-
-// The rows of x [rows, K] (row stride ldx elements) quantized into shared memory as the
-// quantizer kernels of act_quant.cu do (the same steps, gdn/quant.cuh, so the same bytes):
-// q [rows, K] at row stride ldq bytes; s [rows] (int8: amax / 127, fp8 per token: amax / 448)
-// or [rows, K / 128] (fp8 block: the 128-group's amax / 448). All 256 threads take part; each
-// keeps kBatch 16-byte loads in flight. The caller synchronises before reading q.
-template <int kFmt, typename T>
-__device__ __forceinline__ void quantize_rows(const T* __restrict__ x, long long ldx, int rows, int K,
-                                              uint8_t* q, int ldq, float* s) {
-  constexpr int kThreads = 256, kBatch = 4, kMaxRows = 8;
-  const int octets = K >> 3, total = rows * octets;
-  const int lane = threadIdx.x & 31;
-  auto load = [&](int e) {
-    return e < total ? __ldg(reinterpret_cast<const uint4*>(x + (long long)(e / octets) * ldx) + e % octets)
-                     : make_uint4(0u, 0u, 0u, 0u);
-  };
-  // Loop bounds are uniform over the CTA (the shuffles and barriers below need whole warps).
-  if constexpr (kFmt == kFp8Block) {
-    // 16 consecutive octets are a 128-group; K % 128 == 0, so a half warp holds one group.
-    const int chunks = K >> 7;
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        float f[8];
-        gdn::unpack8<T>(v[i], f);
-        uint32_t amax = 0u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) amax = max(amax, gdn::abs_bits(f[k]));
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (e < total) {
-          const int r = e / octets, o = e % octets;
-          const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
-          if ((o & 15) == 0) s[r * chunks + (o >> 4)] = scale;
-          reinterpret_cast<uint2*>(q + r * ldq)[o] = gdn::quant8_or_zero<false>(f, scale);
-        }
-      }
-    }
-  } else {
-    constexpr bool kI8 = kFmt == kInt8;
-    __shared__ uint32_t amax_s[kMaxRows];
-    if ((int)threadIdx.x < rows) amax_s[threadIdx.x] = 0u;
-    __syncthreads();
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        float f[8];
-        gdn::unpack8<T>(v[i], f);
-        uint32_t m = 0u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) m = max(m, gdn::abs_bits(f[k]));
-        // The row's max in shared memory (amax bits are non-negative: unsigned order is float
-        // order, and a max is exact in any order): once a warp when the warp is in one row.
-        const int r = min(e, total - 1) / octets;
-        if (__all_sync(0xffffffffu, r == __shfl_sync(0xffffffffu, r, 0))) {
-          m = gdn::warp_max_bits(m);
-          if (lane == 0) atomicMax(amax_s + r, m);
-        } else {
-          atomicMax(amax_s + r, m);
-        }
-      }
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < rows) s[threadIdx.x] = gdn::div_rn(__uint_as_float(amax_s[threadIdx.x]), kI8 ? 127.f : 448.f);
-    __syncthreads();
-    // The quantizing pass reads x again (from L1/L2).
-    for (int e0 = threadIdx.x; e0 - (int)threadIdx.x < total; e0 += kThreads * kBatch) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) v[i] = load(e0 + kThreads * i);
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        const int e = e0 + kThreads * i;
-        if (e < total) {
-          float f[8];
-          gdn::unpack8<T>(v[i], f);
-          const int r = e / octets, o = e % octets;
-          reinterpret_cast<uint2*>(q + r * ldq)[o] = gdn::quant8_or_zero<kI8>(f, s[r]);
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
@@ -204,35 +89,34 @@ struct Round {
   float sw[kUnroll][kM];         // block scales only
 };
 
-// The decode GEMM's body, shared by w8a8_gemm_kernel and w8a8_fused_kernel (below).
 // kFmt: one of the formats above.  kWarps: K-split ways (warps a CTA).  kTiles: 8-token tiles a
 // CTA.  kM: 16-row weight tiles a CTA (every warp takes its K chunks of all of them, so a token
 // fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
 // round r + 1 before computing round r (twice the registers, loads always in flight).
-// kPacked: the weight's layout, 0 row-major, 1 tile-major (below).  kPre: chunks of each warp's
-// weight (all kM tiles) copied into shared memory at ``stage`` (kWarps * kPre * kM * 2048 bytes)
-// before wait(), so that the weight streams while the kernel before this one (or this CTA's own
-// quantization) runs, beyond what the registers of one round hold.  kXShared: xq and sx are in
-// this CTA's shared memory, else in global memory.  OutT: bf16 or fp16 output.  SwT: the weight
-// scale's type (fp32, or bf16 for block scales stored so).
-// None of kM, kUnroll, kPipe, kPacked, kPre, kXShared changes any output bit: a row's products,
+// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  kPacked: the weight's
+// layout, 0 row-major, 1 tile-major (below).  kPre: chunks of each warp's weight (all kM tiles)
+// copied into dynamic shared memory (kWarps * kPre * kM * 2048 bytes) before the wait on the
+// quantizer, so that with programmatic dependent launch the weight streams while the quantizer
+// runs, beyond what the registers of one round hold.  OutT: bf16 or fp16 output.  SwT: the
+// weight scale's type (fp32, or bf16 for block scales stored so).
+// None of kM, kUnroll, kPipe, kMinBlocks, kPacked, kPre changes any output bit: a row's products,
 // their chunk partials and the order they are summed in depend on kWarps and K alone.
 // w: [N, K] 1-byte weight, row-major, or tile-major: N padded to a multiple of 16 with zero rows,
 // then for each 16-row tile T and 128-wide chunk c the 2048 bytes of rows 16T..16T+15 ordered
 // [h][row group][row][16-byte unit] (h the 64-byte half of the chunk, row group 0 the tile's first
-// 8 rows): what a warp's four loads of (T, c) read, each 512 contiguous bytes.  sw: [N] (per
-// channel) or [ceil(N/128), K/128] (block) scales.  xq: [rows, K] quantized activations at row
-// stride ldq bytes.  sx: [rows] or [rows, K/128] scales.  out: [rows, N] at row stride ldc
-// (elements).  wait(): called once every thread has requested its first weight bytes and before
-// anything else is read: it waits on the kernel before this one (programmatic dependent launch)
-// and may produce xq and sx.
-template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kPacked, int kPre,
-          bool kXShared, typename OutT, typename SwT, typename Wait>
-__device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                                            const uint8_t* __restrict__ xq, int ldq,
-                                            const float* __restrict__ sx, OutT* __restrict__ out,
-                                            long long ldc, int N, int K, int rows, uint8_t* stage,
-                                            Wait wait) {
+// 8 rows): what a warp's four loads of (T, c) read, each 512 contiguous bytes.  sw: [N] (per channel) or [ceil(N/128), K/128] (block) scales.
+// xq: [rows, K] quantized activations, row stride K.  sx: [rows] or [rows, K/128] scales.
+// out: [rows, N] at row stride ldc (elements).
+template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
+          int kPacked, int kPre, typename OutT, typename SwT>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                 const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                 OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  // The next kernel of the stream (the next projection's quantizer) may start launching once
+  // every CTA of this grid has started: it fills the multiprocessors this grid's tail leaves idle
+  // and waits for this kernel before touching memory (gdn::pdl_chain).
+  gdn::pdl_launch_dependents();
   using Acc = typename AccOf<kFmt>::type;
   using R = Round<kFmt, kM, kTiles, kUnroll>;
   constexpr int kTokens = 8 * kTiles;
@@ -264,7 +148,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
   int i_tok[kTiles][2];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    p_x[j] = xq + (long long)min(tok0 + j * 8 + g, rows - 1) * ldq + t * 16;
+    p_x[j] = xq + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 16;
     i_tok[j][0] = min(tok0 + j * 8 + 2 * t, rows - 1);
     i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
   }
@@ -296,7 +180,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
       }
     }
   };
-  // The activation part: read only after wait().
+  // The activation part: written by the quantizer, read only after pdl_wait.
   auto load_x = [&](auto& b, int c0) {
     constexpr int kU = sizeof(b.w) / sizeof(b.w[0]);
 #pragma unroll
@@ -306,11 +190,11 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
         const long long off = (long long)c * 128;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b.x[u][j][0] = ld_x16<kXShared>(p_x[j] + off);
-          b.x[u][j][1] = ld_x16<kXShared>(p_x[j] + off + 64);
+          b.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
+          b.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
           if constexpr (kFmt == kFp8Block) {
-            b.sx[u][j][0] = ld_xs<kXShared>(sx + (long long)i_tok[j][0] * chunks + c);
-            b.sx[u][j][1] = ld_xs<kXShared>(sx + (long long)i_tok[j][1] * chunks + c);
+            b.sx[u][j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
+            b.sx[u][j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
           }
         }
       }
@@ -380,8 +264,9 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
   // Shared-memory staging (kPre > 0): piece j of tile m of the warp's i-th chunk, lane l, at
   // ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + l) * 16. Each lane reads back only the bytes it
   // copied, so its own cp.async wait orders them.
+  extern __shared__ __align__(128) uint8_t smem[];
   auto pre_slot = [&](int i, int m, int j) {
-    return stage + ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + lane) * 16;
+    return smem + ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + lane) * 16;
   };
   if constexpr (kPre > 0) {
 #pragma unroll
@@ -419,13 +304,13 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
     }
   };
 
-  // The first register round's weight (and the staged chunks) are requested before wait(): with
-  // programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while the kernel before
-  // still runs. Launched plainly, its pdl_wait returns at once.
+  // The first register round's weight (and the staged chunks) are requested before waiting on
+  // the quantizer: with programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while
+  // it still runs. Launched plainly, the wait returns at once.
   if constexpr (kPipe) {
     R cur, nxt;
     load_w(cur, c_reg);
-    wait();
+    gdn::pdl_wait();
     compute_staged();
     load_x(cur, c_reg);
     for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
@@ -440,7 +325,7 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
   } else {
     R cur;
     load_w(cur, c_reg);
-    wait();
+    gdn::pdl_wait();
     compute_staged();
     for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
       if (c0 != c_reg) load_w(cur, c0);
@@ -484,55 +369,6 @@ __device__ __forceinline__ void decode_gemm(const uint8_t* __restrict__ w, const
     }
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
   }
-}
-
-// The GEMM on activations quantized by an act_quant.cu kernel launched before it: xq [rows, K]
-// at row stride K, sx [rows] or [rows, K / 128]. kMinBlocks: CTAs a multiprocessor should hold
-// (register cap for ptxas); the other parameters are decode_gemm's. Grid: (ceil(rows / (8
-// kTiles)), ceil(N / (16 kM))). Dynamic shared memory: kWarps * kPre * kM * 2048 bytes.
-template <int kFmt, int kWarps, int kTiles, int kM, int kUnroll, int kPipe, int kMinBlocks,
-          int kPacked, int kPre, typename OutT, typename SwT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                 const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                 OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  // The next kernel of the stream (the next projection's quantizer) may start launching once
-  // every CTA of this grid has started: it fills the multiprocessors this grid's tail leaves idle
-  // and waits for this kernel before touching memory (gdn::pdl_chain).
-  gdn::pdl_launch_dependents();
-  extern __shared__ __align__(128) uint8_t smem[];
-  decode_gemm<kFmt, kWarps, kTiles, kM, kUnroll, kPipe, kPacked, kPre, false, OutT, SwT>(
-      w, sw, xq, K, sx, out, ldc, N, K, rows, smem, [] { gdn::pdl_wait(); });
-}
-
-// Rows 1-8 without a quantizer kernel: every CTA quantizes the rows of x (bf16/fp16, the output
-// type) into its shared memory itself, then runs w8a8_gemm_kernel's arithmetic on them. The
-// quantized bytes and scales are the quantizer's (gdn/quant.cuh), so the output bits are
-// w8a8_gemm_kernel's (row invariance holds across the two). The kPre staged chunks of weight are
-// requested first, so they stream while the CTA quantizes (a CTA without them waits on its
-// quantization with only one round of weight in flight).
-// x: [rows, K] at row stride ldx (elements, 16-byte aligned rows).
-// Dynamic shared memory (gdn_kernels/_build.py fused_smem): the staged chunks (8 * kPre * kM *
-// 2048 bytes), then q [rows, K] at row stride K + 16, then the fp32 scales ([rows], or [rows,
-// K / 128] for block scales).
-template <int kFmt, int kM, int kUnroll, int kPipe, int kMinBlocks, int kPacked, int kPre, typename OutT,
-          typename SwT>
-__global__ void __launch_bounds__(256, kMinBlocks)
-w8a8_fused_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                  const OutT* __restrict__ x, long long ldx, OutT* __restrict__ out,
-                  long long ldc, int N, int K, int rows) {
-  gdn::pdl_launch_dependents();
-  extern __shared__ __align__(128) uint8_t smem[];
-  // Rows 16 bytes apart in banks: the two rows a warp reads at 2 rows do not conflict.
-  const int ldq = K + 16;
-  uint8_t* q = smem + 8 * kPre * kM * 2048;
-  float* s = reinterpret_cast<float*>(q + rows * ldq);
-  decode_gemm<kFmt, 8, 1, kM, kUnroll, kPipe, kPacked, kPre, true, OutT, SwT>(
-      w, sw, q, ldq, s, out, ldc, N, K, rows, smem, [&] {
-        gdn::pdl_wait();
-        quantize_rows<kFmt, OutT>(x, ldx, rows, K, q, ldq, s);
-        __syncthreads();
-      });
 }
 
 // ---- Many rows: a tiled GEMM with the same per-row arithmetic ----
