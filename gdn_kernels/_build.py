@@ -166,6 +166,8 @@ def gemm_tiles(rows: int) -> int:
 # Weights of at most this many elements are too small to fill the GPU with one 16-row tile a CTA
 # at three CTAs a multiprocessor: they keep four chunks a warp in flight instead.
 _SMALL_WEIGHT = 1 << 23
+# Weights of at least this many elements ([16384, 5120] and up) stage a chunk a warp at 16 rows.
+_LARGE_WEIGHT = 1 << 26
 
 
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
@@ -176,7 +178,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     numerics."""
     if packed:
         cfg = _tile_major_config(fmt, rows, n, k)
-        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, cfg.stages, packed=1)
+        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, cfg.stages, packed=1, pre=cfg.pre)
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
@@ -196,17 +198,32 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
 
 
 def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
-    # From the sweep of the tile-major schedules (sweep_w8a8_packed_h200.md, rows 1-16), among
-    # those without local memory: (2, 1, 0, 3) at 16 rows (int8) and for fp8 per channel at 1-8
-    # rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill; so do (2, 1, 1, 1)
-    # and (2, 2, 0, 1) for fp8 at 17+ rows.
+    # From the sweeps of the tile-major schedules, among those without local memory:
+    # - rows 1-16 (sweep_w8a8_packed_h200.md): (2, 1, 0, 3) at 16 rows (int8) and for fp8 per
+    #   channel at 1-8 rows, and (1, 1, 1, 2) for block fp8 at 16 rows were faster but spill; so
+    #   do (2, 1, 1, 1) and (2, 2, 0, 1) for fp8 at 17+ rows;
+    # - chunks staged in shared memory before the quantizer wait, timed as whole projections
+    #   (sweep_w8a8_pre_4a6ca15_h200.md, sweep_w8a8_fused_pre_1eeb11a_h200.md): one chunk a warp
+    #   (two for fp8 per channel at long K) gains 0.2-2 us where the weight is large or K long;
+    #   block fp8 at 1-8 rows spills with it at three CTAs a multiprocessor and keeps none.
     tiles = gemm_tiles(rows)
+    small = n * k <= _SMALL_WEIGHT
+    large = n * k >= _LARGE_WEIGHT
     if tiles == 1:
-        # At 1-8 rows the row-major rules are also the fastest tile-major schedules.
-        return gemm_config(fmt, rows, n, k)
+        # The row-major rules, with staging.
+        cfg = gemm_config(fmt, rows, n, k)
+        if fmt == FMT_FP8_CHANNEL:
+            pre = 2 if k >= 8192 and not small else 1
+        elif fmt == FMT_INT8:
+            pre = 1 if small or k >= 8192 or (n >= 32768 and k > 2048) else 0
+        else:
+            pre = 0
+        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, pre=pre)
     if tiles == 2:
-        small = n * k <= _SMALL_WEIGHT
-        return GemmCfg(1, 2, 1, 1) if fmt == FMT_INT8 and small else GemmCfg(1, 2, 0, 2)
+        if small:
+            return GemmCfg(1, 2, 1, 1)
+        stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
+        return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
     if fmt == FMT_INT8:

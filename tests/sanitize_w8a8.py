@@ -1,5 +1,5 @@
 """Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format, ragged N,
-strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweep. CuPy's memory pool is switched off so that an access past any buffer hits
+strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweeps (the staging ones included). CuPy's memory pool is switched off so that an access past any buffer hits
 unallocated memory and is reported."""
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ def main() -> int:
             tiles = _build.gemm_tiles(rows)
             for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True):
                 w8a8_gemm_launcher(ctx, packed if cfg.packed else w, rows, out.data.ptr, 203, 0, cfg)()
+            # The schedules that stage chunks in shared memory before the quantizer wait.
+            for cfg in _build.pre_sweep_cfgs(tiles):
+                w8a8_gemm_launcher(ctx, packed, rows, out.data.ptr, 203, 0, cfg, "w8a8_gemm_pre_sweep")()
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0
