@@ -125,21 +125,20 @@ class W8a8Weight:
         return cls(WeightFormat(format), n, k, qweight, scale, scale_dtype, (n,), owner, layout)
 
     def tile_major(self) -> "W8a8Weight":
-        """This weight with its bytes copied (on the GPU, once: call at load time) into the
-        tile-major layout the GEMM reads fastest: each warp load 512 contiguous bytes instead of
-        64-byte pieces of 16 rows (bench/NOTES.md v4). Outputs are the same bit for bit. The copy
-        has N padded to a multiple of 16 and is owned by the result, which shares this weight's
-        scales and so keeps this weight (and its row-major bytes) alive while it lives: both
-        copies stay allocated. A caller that must hold one copy only can write the tile-major
-        bytes itself and wrap them with ``from_pointers(..., layout="tiles16")``. A tile-major
-        weight is returned as it is."""
+        """This weight copied (on the GPU, once: call at load time) into the tile-major layout
+        the GEMM reads fastest: each warp load 512 contiguous bytes instead of 64-byte pieces of
+        16 rows (bench/NOTES.md v4). Outputs are the same bit for bit. The result owns its own
+        bytes (N padded to a multiple of 16) and a copy of the scales, and keeps no reference to
+        this weight: drop this one to hold one copy only. A tile-major weight is returned as it
+        is."""
         if self.layout == "tiles16":
             return self
         from gdn_kernels import _quantize
 
         packed = _quantize.tile_major(self)
-        return W8a8Weight(self.format, self.n, self.k, packed.data.ptr, self.scale, self.scale_dtype,
-                          self.segments, (packed, self), "tiles16")
+        (scale,) = _quantize.stack_bytes([(self.scale, self.nbytes - self.n * self.k)])
+        return W8a8Weight(self.format, self.n, self.k, packed.data.ptr, scale.data.ptr, self.scale_dtype,
+                          self.segments, (packed, scale), "tiles16")
 
     @classmethod
     def from_arrays(cls, qweight, scale, *, format="int8") -> "W8a8Weight":

@@ -442,14 +442,25 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
 def test_tile_major_layout_is_the_documented_permutation():
     """W8a8Weight.tile_major's bytes on the device, checked element by element against the layout
-    the GEMM reads (tests.gpu_util.assert_tile_major); rows past N are zero."""
+    the GEMM reads (tests.gpu_util.assert_tile_major); rows past N are zero. The scales are a
+    copy and the result holds no reference to its source, which can be freed."""
+    import gc
+    import weakref
+
     import cupy
 
     rng = np.random.default_rng(5)
     n, k = 40, 384
     hw = HostWeight(rng, "int8", n, k)
     packed = hw.w.tile_major()
-    assert packed.layout == "tiles16" and packed.scale == hw.w.scale
+    assert packed.layout == "tiles16" and packed.scale != hw.w.scale
+    scales = cupy.ndarray((n,), cupy.float32, cupy.cuda.MemoryPointer(
+        cupy.cuda.UnownedMemory(packed.scale, 4 * n, packed), 0)).get()
+    assert (scales.view(np.uint32) == hw.s.astype(np.float32).view(np.uint32)).all()
+    source = weakref.ref(hw.w)
+    hw.w = None
+    gc.collect()
+    assert source() is None, "the tile-major weight keeps its row-major source alive"
     got = cupy.ndarray((48 * k,), cupy.uint8, cupy.cuda.MemoryPointer(
         cupy.cuda.UnownedMemory(packed.qweight, 48 * k, packed), 0)).get()
     src = np.zeros((48, k), np.uint8)
