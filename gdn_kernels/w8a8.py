@@ -276,8 +276,11 @@ def fp8_block_qualifies(qkvz, out_proj) -> bool:
 def fp8_block_mixer(ctx: "W8a8Ctx", qkvz, out_proj) -> W8a8Mixer | None:
     """The W8a8Mixer of checkpoint FP8 weights, or None when they do not qualify
     (:func:`fp8_block_qualifies`). Several [QKV | Z] segments are stacked into new device memory
-    (once, here); activations will be quantized per (token, 128)."""
+    (once, here), in the tile-major layout (:meth:`W8a8Weight.tile_major`, the same bits, faster);
+    a single segment and the output projection are wrapped in place, row-major, so the checkpoint's
+    memory is not doubled. Activations will be quantized per (token, 128)."""
     if not fp8_block_qualifies(qkvz, out_proj):
         return None
     segs = list(qkvz) if isinstance(qkvz, (tuple, list)) else [qkvz]
-    return W8a8Mixer(ctx, W8a8Weight.new(segs), out_proj.as_w8a8())
+    stacked = W8a8Weight.new(segs)
+    return W8a8Mixer(ctx, stacked.tile_major() if len(segs) > 1 else stacked, out_proj.as_w8a8())

@@ -232,6 +232,8 @@ def test_adopted_fp8_block_checkpoint(ctx):
     layer = GdnLayer("sequential", fp8_qkvz=(qkv, z), fp8_out=out)
     assert layer.adopt_fp8_block_w8a8(ctx, HIDDEN)
     assert layer.w8a8.input.segments == (QKV, Z)
+    # The stacked copy is tile-major; the output projection wraps the checkpoint in place.
+    assert layer.w8a8.input.layout == "tiles16" and layer.w8a8.output.layout == "rows"
     h_in, h_out = host(qkv, z), host(out)
     fctx = make_fctx()
     for rows in (1, 4, 9, 64, 256):
