@@ -248,10 +248,9 @@ def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: G
 
 def quant_threads(kind: str) -> int:
     """Threads a CTA of an activation quantizer (kernels/act_quant.cu): a whole token row a CTA
-    for the fused SiLU per-token kinds and the "_wide" ones, 256 otherwise (a cluster of
-    QUANT_CLUSTER CTAs a row for the other per-token kinds, one warp a 128-group for the grouped
-    ones)."""
-    return SILU_ROW_THREADS if kind in ("silu_mul_int8", "silu_mul_fp8_row") or kind.endswith("_wide") else QUANT_THREADS
+    for the fused SiLU per-token kinds, 256 otherwise (a cluster of QUANT_CLUSTER CTAs a row for
+    the per-token kinds, one warp a 128-group for the grouped ones)."""
+    return SILU_ROW_THREADS if kind in ("silu_mul_int8", "silu_mul_fp8_row") else QUANT_THREADS
 
 
 def quant_instance(kind: str, dtype: str) -> str:
@@ -325,7 +324,7 @@ def _sweep_instances() -> tuple[str, ...]:
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
-QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_wide", "fp8_row_wide")
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row")
 SILU_QUANT_KINDS = ("silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
 
 

@@ -7,7 +7,6 @@ writes ``out[0:rows, 0:N]`` once, rounded to the activations' dtype.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -28,20 +27,6 @@ _QUANT_KIND = {
     WeightFormat.FP8_CHANNEL: "fp8_row",
     WeightFormat.FP8_BLOCK: "fp8_group",
 }
-# The per-token quantizers with one 1024-thread CTA a row instead of a cluster of 8 (same bits).
-_WIDE_KIND = {WeightFormat.INT8: "int8_wide", WeightFormat.FP8_CHANNEL: "fp8_row_wide"}
-# GDN_KERNELS_WIDE_QUANT: "1" always the one-CTA-a-row per-token quantizers, "0" always the
-# clustered ones; unset, chosen by shape (quant_kind).
-_WIDE_ENV = os.environ.get("GDN_KERNELS_WIDE_QUANT", "")
-
-
-def quant_kind(fmt: WeightFormat, rows: int, k: int) -> str:
-    """The activation quantizer (a kind of kernels/act_quant.cu) of a projection in format
-    ``fmt`` at this row count and K."""
-    if fmt not in _WIDE_KIND:
-        return _QUANT_KIND[fmt]
-    wide = _WIDE_ENV == "1" if _WIDE_ENV in ("0", "1") else False
-    return _WIDE_KIND[fmt] if wide else _QUANT_KIND[fmt]
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
@@ -164,11 +149,11 @@ class W8a8Ctx:
                                 "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
         self._gemm_by_shape = {}
         self._quant = {}
-        for kind in (*_QUANT_KIND.values(), *_WIDE_KIND.values()):
+        self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
+        for fmt, kind in _QUANT_KIND.items():
             for dtype in ACT_DTYPES:
                 name = _build.quant_instance(kind, dtype)
-                self._quant[(kind, dtype)] = self.modules.kernel("act_quant", name, _QUANT_ARGS)
-        self._quant_by_shape = {}
+                self._quant[(fmt, dtype)] = self.modules.kernel("act_quant", name, _QUANT_ARGS)
 
     def supports(self, w: W8a8Weight, rows: int, dtype: str = "bfloat16") -> Support:
         """Pure: whether ``proj`` runs this case (True) or declines it (False, with the reason)."""
@@ -249,20 +234,13 @@ class W8a8Ctx:
                               w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
-        key = (fmt, rows, k, dtype)
-        entry = self._quant_by_shape.get(key)
-        if entry is None:
-            # Chosen once per format, row count, K and dtype, then looked up.
-            kind = quant_kind(fmt, rows, k)
-            if fmt is WeightFormat.FP8_BLOCK:
-                grid = (-(-(k // FP8_BLOCK) // (_build.QUANT_THREADS // 32)), rows, 1)
-            elif kind.endswith("_wide"):
-                grid = (1, rows, 1)
-            else:
-                grid = (_build.QUANT_CLUSTER, rows, 1)
-            entry = self._quant_by_shape[key] = (self._quant[(kind, dtype)], grid, _build.quant_threads(kind))
-        kernel, grid, threads = entry
-        kernel.launch(grid, threads, stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
+        kernel = self._quant[(fmt, dtype)]
+        if fmt is WeightFormat.FP8_BLOCK:
+            warps = _build.QUANT_THREADS // 32
+            grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
+        else:
+            grid = (_build.QUANT_CLUSTER, rows, 1)
+        kernel.launch(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
         """Run only the activation quantizer of ``w``'s format (for tests and profiling).

@@ -56,12 +56,10 @@ __device__ __forceinline__ uint32_t cluster_max_bits(uint32_t v, uint32_t* slot)
 // amax is exchanged through distributed shared memory, so the division work of a long row is
 // spread over kCluster multiprocessors; the first kKeep iterations stay in registers between the
 // amax pass and the quantizing pass.
-// kCluster 1: one CTA a row (no cluster), its amax a block reduction; three iterations stay in
-// registers (K up to 24 * kThreads without a second read).
 template <bool kInt8, typename T, int kThreads, int kCluster>
 __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __restrict__ q,
                                           float* __restrict__ s, int K, long long ldx) {
-  constexpr int kKeep = kCluster > 1 ? 2 : 3;
+  constexpr int kKeep = 2;
   __shared__ uint32_t red[kThreads / 32];
   __shared__ uint32_t slot;
   const long long row = blockIdx.y;
@@ -88,8 +86,7 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
   }
-  amax = gdn::block_max_bits<kThreads>(amax, red);
-  if constexpr (kCluster > 1) amax = cluster_max_bits<kCluster>(amax, &slot);
+  amax = cluster_max_bits<kCluster>(gdn::block_max_bits<kThreads>(amax, red), &slot);
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
   if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
   const bool zero = __float_as_uint(scale) == 0u;
@@ -140,25 +137,6 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
   gdn::pdl_chain();
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
-}
-
-// The same two quantizers with one CTA a token row and no cluster (kThreads 1024): the row's
-// amax is a block reduction, and each thread divides at most 24 values of a 17408-wide row.
-// Grid: (1, rows). Same arguments and outputs, the same bits.
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_int8_wide_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
-                           int K, long long ldx) {
-  gdn::pdl_chain();
-  quant_row<true, T, kThreads, 1>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
-}
-
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_fp8_row_wide_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                              int K, long long ldx) {
-  gdn::pdl_chain();
-  quant_row<false, T, kThreads, 1>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at
