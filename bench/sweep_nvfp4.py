@@ -11,14 +11,13 @@ not timed. Writes ``name``.json and ``name``.md under --out; progress on stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model shapes)
 
 
 def main() -> int:
@@ -79,21 +78,11 @@ def main() -> int:
                       + " ".join(f"{kk} {v:.2f}" for kk, v in timed.items()), file=sys.stderr, flush=True)
             del weights, first
             cupy.get_default_memory_pool().free_all_blocks()
-    outdir = Path(args.out)
-    outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / f"{args.name}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    keys = sorted({kk for r in records for kk in r["schedules"]})
-    lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
-             "Whole NVFP4 projection (us: quantizer + GEMM, PDL) per GEMM schedule u (chunks in flight a warp), "
-             "b (CTAs a multiprocessor, the register cap); empty where the schedule is not one of that row "
-             "count's tile count.", "",
-             "| N | K | rows | floor | shipped | " + " | ".join(keys) + " |", "|" + "---|" * (5 + len(keys))]
-    for r in records:
-        cells = [r["schedules"].get(kk, "") for kk in keys]
-        cells = [f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells]
-        lines.append(f"| {r['N']} | {r['K']} | {r['rows']} | {r['floor_us']:.2f} | {r['shipped']} | "
-                     + " | ".join(cells) + " |")
-    (outdir / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL) per GEMM schedule u (chunks in flight a warp), "
+               "b (CTAs a multiprocessor, the register cap); empty where the schedule is not one of that row "
+               "count's tile count.")
+    write_sweep(Path(args.out), args.name, meta, records, caption,
+                {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
     return 0
 
 

@@ -21,6 +21,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
 
 
+def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str, fixed: dict) -> None:
+    """``name``.json (meta and records) and ``name``.md: one row a record, the ``fixed`` columns
+    (header -> record key) then one column a schedule (its time in us, or why it was not timed)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / f"{name}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+    keys = sorted({kk for r in records for kk in r["schedules"]})
+    lines = [f"# {name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
+             caption, "", "| " + " | ".join([*fixed, *keys]) + " |", "|" + "---|" * (len(fixed) + len(keys))]
+
+    def cell(v):
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    for r in records:
+        cells = [cell(r[f]) for f in fixed.values()] + [cell(r["schedules"].get(kk, "")) for kk in keys]
+        lines.append("| " + " | ".join(cells) + " |")
+    (outdir / f"{name}.md").write_text("\n".join(lines) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results")
@@ -106,24 +124,14 @@ def main() -> int:
                           file=sys.stderr, flush=True)
                 del weights, first, packed_weights
                 cupy.get_default_memory_pool().free_all_blocks()
-    outdir = Path(args.out)
-    outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / f"{args.name}.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    keys = sorted({kk for r in records for kk in r["schedules"]})
-    lines = [f"# {args.name}", "", f"device {meta['device']['name']}, commit {meta['commit']}, {meta['date']}", "",
-             "GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
-             "b (CTAs an SM), tiledN (the tiled kernel, N stages); packed_*: the same on tile-major weights "
-             "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
-             "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
-             "proj = quantizer + GEMM on row-major weights, plain and PDL.", "",
-             "| format | N | K | rows | floor | quant | proj | proj PDL | " + " | ".join(keys) + " |",
-             "|" + "---|" * (8 + len(keys))]
-    for r in records:
-        cells = [r["schedules"].get(kk, "") for kk in keys]
-        cells = [f"{c:.2f}" if isinstance(c, float) else str(c) for c in cells]
-        lines.append(f"| {r['format']} | {r['N']} | {r['K']} | {r['rows']} | {r['floor_us']:.2f} | "
-                     f"{r['quant_us']:.2f} | {r['proj_us']:.2f} | {r['proj_pdl_us']:.2f} | " + " | ".join(cells) + " |")
-    (outdir / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
+               "b (CTAs an SM), tiledN (the tiled kernel, N stages); packed_*: the same on tile-major weights "
+               "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
+               "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
+               "proj = quantizer + GEMM on row-major weights, plain and PDL.")
+    fixed = {"format": "format", "N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "quant": "quant_us",
+             "proj": "proj_us", "proj PDL": "proj_pdl_us"}
+    write_sweep(Path(args.out), args.name, meta, records, caption, fixed)
     return 0
 
 
