@@ -104,6 +104,8 @@ SILU_ROW_THREADS = 1024
 GEMM_WARPS = 8
 # 8-token tiles a CTA by row count.
 GEMM_TILES = (1, 2, 4)
+# Chunks each warp keeps in flight for that tile count (the NVFP4 GEMM's schedule).
+GEMM_UNROLL = {1: 4, 2: 2, 4: 2}
 
 
 @dataclass(frozen=True)
@@ -340,27 +342,11 @@ FP4_QUANT_THREADS = 128
 FP4_IN_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
 
 
-# The NVFP4 GEMM's schedule by tile count: (chunks in flight a warp, CTAs a multiprocessor).
-FP4_SCHEDULE = {1: (4, 2), 2: (2, 1), 4: (2, 1)}
-
-
-def fp4_gemm_instance(tiles: int, out: str, schedule: tuple[int, int] | None = None) -> str:
+def fp4_gemm_instance(tiles: int, out: str) -> str:
     # One token tile runs the direct form of the arithmetic, more tiles the conversion-free one
     # (kernels/fp4_mx_gemm.cu: the same bits, each the faster where it is used on the H200).
     kernel = "fp4_mx_gemm_int_kernel" if tiles == 1 else "fp4_mx_gemm_kernel"
-    unroll, min_blocks = FP4_SCHEDULE[tiles] if schedule is None else schedule
-    return f"{kernel}<{FP4_WARPS}, {tiles}, {unroll}, {min_blocks}, {OUT_TYPES[out]}>"
-
-
-# Schedules the NVFP4 sweep (bench/sweep_nvfp4.py) times beside the shipped ones (bf16 output):
-# more CTAs a multiprocessor under a register cap, fewer chunks in flight.
-# (Caps that make ptxas spill are left out: (2, 4), (1, 4) at one tile, (2, 2), (1, 3) at two,
-# anything above one CTA at four.)
-FP4_SWEEP_SCHEDULES = {
-    1: ((4, 2), (4, 1), (2, 2), (2, 3), (1, 3)),
-    2: ((2, 1), (1, 2)),
-    4: ((2, 1), (1, 1)),
-}
+    return f"{kernel}<{FP4_WARPS}, {tiles}, {GEMM_UNROLL[tiles]}, {OUT_TYPES[out]}>"
 
 
 def fp4_quant_instance(dtype: str) -> str:
@@ -386,8 +372,6 @@ FAMILIES: dict[str, Family] = {
                         tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
     "fp4_mx_gemm": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES),
                           tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)),
-    "fp4_mx_gemm_sweep": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, "bfloat16", sc) for t in GEMM_TILES
-                                                        for sc in FP4_SWEEP_SCHEDULES[t]), ()),
 }
 
 

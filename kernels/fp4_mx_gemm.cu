@@ -94,13 +94,12 @@ __device__ __forceinline__ float e4m3_bits(uint32_t w, int i) {
 }  // namespace
 
 // kWarps: K-split ways.  kTiles: 8-token tiles a CTA (2 or 4).  kUnroll: chunks in flight a warp.
-// kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas; no output bit depends on
-// it or on kUnroll).  OutT: bf16 or fp16.
+// OutT: bf16 or fp16.
 // w: [N, K/2] packed codes.  sw: [N, K/16] e4m3.  scale2: the weight's global scale.
 // xd: [rows, K] int8 operand (mma layout).  sx: [rows, K/16] fp32 (e4m3 values).  gs: [rows] fp32.
 // out: [rows, N] at row stride ldc.
-template <int kWarps, int kTiles, int kUnroll, int kMinBlocks, typename OutT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+template <int kWarps, int kTiles, int kUnroll, typename OutT>
+__global__ void __launch_bounds__(kWarps * 32)
 fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                    const int8_t* __restrict__ xd, const float* __restrict__ sx,
                    const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
@@ -280,12 +279,12 @@ __device__ __forceinline__ void quad_transpose_pairs(const uint4& w, uint32_t (&
 }  // namespace
 
 // kWarps: K-split ways.  kTiles: 8-token tiles a CTA.  kUnroll: chunks in flight a warp.
-// kMinBlocks: CTAs a multiprocessor should hold (register cap).  OutT: bf16 or fp16.
+// OutT: bf16 or fp16.
 // w: [N, K/2] packed codes.  sw: [N, K/16] e4m3.  scale2: the weight's global scale.
 // xd: [rows, K] int8 operand (mma layout).  sx: [rows, K/16] fp32.  gs: [rows] fp32.
 // out: [rows, N] at row stride ldc.
-template <int kWarps, int kTiles, int kUnroll, int kMinBlocks, typename OutT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+template <int kWarps, int kTiles, int kUnroll, typename OutT>
+__global__ void __launch_bounds__(kWarps * 32)
 fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                    const int8_t* __restrict__ xd, const float* __restrict__ sx,
                    const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
