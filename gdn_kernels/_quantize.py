@@ -110,10 +110,7 @@ def stack(segs):
         qb = seg.n * k
         cupy.cuda.runtime.memcpy(q.data.ptr + q_off, seg.qweight, qb, cupy.cuda.runtime.memcpyDeviceToDevice)
         q_off += qb
-        count = 1
-        for d in seg.scale_shape:
-            count *= d
-        sb = count * scale_item
+        sb = seg.scale_nbytes
         cupy.cuda.runtime.memcpy(s.data.ptr + s_off, seg.scale, sb, cupy.cuda.runtime.memcpyDeviceToDevice)
         s_off += sb
     return q, s

@@ -110,12 +110,17 @@ class W8a8Weight:
         return scale_shape(self.format, self.n, self.k)
 
     @property
-    def nbytes(self) -> int:
-        """Bytes a projection must read: the weight and its scales."""
+    def scale_nbytes(self) -> int:
+        """Bytes of the scale tensor."""
         count = 1
         for s in self.scale_shape:
             count *= s
-        return self.n * self.k + count * _ptr.ITEMSIZE[self.scale_dtype]
+        return count * _ptr.ITEMSIZE[self.scale_dtype]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a projection must read: the weight and its scales."""
+        return self.n * self.k + self.scale_nbytes
 
     @classmethod
     def from_pointers(cls, qweight: int, scale: int, n: int, k: int, *, format="int8",
@@ -136,7 +141,7 @@ class W8a8Weight:
         from gdn_kernels import _quantize
 
         packed = _quantize.tile_major(self)
-        (scale,) = _quantize.stack_bytes([(self.scale, self.nbytes - self.n * self.k)])
+        (scale,) = _quantize.stack_bytes([(self.scale, self.scale_nbytes)])
         return W8a8Weight(self.format, self.n, self.k, packed.data.ptr, scale.data.ptr, self.scale_dtype,
                           self.segments, (packed, scale), "tiles16")
 

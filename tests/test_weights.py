@@ -44,7 +44,9 @@ def test_block_scales_may_be_bf16_and_shape_is_ceil():
     w = w8(n=300, k=640, fmt="fp8_block", scale_dtype="bfloat16")
     assert w.scale_shape == (3, 5)
     assert w.nbytes == 300 * 640 + 3 * 5 * 2
+    assert w.scale_nbytes == 3 * 5 * 2
     assert w8(n=300, k=640).scale_shape == (300,)
+    assert w8(n=300, k=640).scale_nbytes == 300 * 4
 
 
 def test_stacking_rules_checked_before_any_gpu_work():
