@@ -1,7 +1,7 @@
 """Benchmark the NVFP4 W4A4 projection on the GDN/FFN shapes.
 
     PYTHONPATH=. python bench/bench_nvfp4.py [--rows 1,16] [--shape 4096x4096 ...] \
-        [--out bench/results] [--name nvfp4_h200]
+        [--layout tiles16|rows] [--out bench/results] [--name nvfp4_h200]
 
 Beside it in the same run: cuBLAS bf16 on a bf16 weight and a dequantize-to-bf16-then-cuBLAS
 emulation of engines' NVFP4 fallback. Writes <name>.json and <name>.md under --out.
@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     ap.add_argument("--name", default="nvfp4")
     ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--layout", default="tiles16", choices=("rows", "tiles16"),
+                    help="weight layout timed (default: tile-major, Nvfp4Weight.tile_major)")
     args = ap.parse_args(argv)
 
     rows = [int(r) for r in args.rows.split(",")]
@@ -36,13 +38,14 @@ def main(argv=None) -> int:
     meta = harness.base_meta()
     bw = harness.copy_bandwidth()
     meta["copy_bw_tbs"] = bw / 1e12
+    meta["layout"] = args.layout
     print(f"device {meta['device']['name']}, copy bandwidth {bw / 1e12:.2f} TB/s, commit {meta['commit']}", flush=True)
     ctx = Nvfp4Ctx(max_rows=max(512, max(rows)), max_k=max(17408, max(k for _, k in shapes)))
     records = []
     for i, (n, k) in enumerate(shapes):
         print(f"[{i + 1}/{len(shapes)}] nvfp4 [{n}, {k}]", flush=True)
         recs = harness.bench_nvfp4_case(ctx, n, k, rows, bw, meta["device"]["l2_bytes"],
-                                        peers=[dequant_cublas_peer], replays=args.replays)
+                                        peers=[dequant_cublas_peer], replays=args.replays, layout=args.layout)
         for r in recs:
             blas = r.peers["cublas_bf16_us"]
             print(f"    rows {r.rows:3d}: {r.us:7.2f} us  {r.ratio_floor:5.2f}x floor  {r.us / blas:5.2f}x cuBLAS bf16 "

@@ -4,7 +4,7 @@
 # Files (few: the device tool brings back at most eight): summary.txt (device, commit, each step's
 # exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
 # (benchmark JSON and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks,
-# SWEEP_ARGS to the schedule sweep (step sweep, not in the default list).
+# SWEEP_ARGS to the schedule sweeps (steps sweep and sweep_nvfp4, not in the default list).
 set -u
 OUT=${OUT:-/tmp/gdn_out}
 mkdir -p "$OUT/results"
@@ -40,6 +40,7 @@ for step in $steps; do
     bench_plain) GDN_KERNELS_PDL=0 run bench bench_w8a8_plain python3 bench/bench_w8a8.py --out "$OUT/results" --name w8a8_plain_h200 --no-torch --rows 1,2,4,8,16 ;;
     sweep) run bench sweep_w8a8 python3 bench/sweep_w8a8.py --out "$OUT/results" --name sweep_w8a8_h200 ${SWEEP_ARGS:-} ;;
     bench_nvfp4) run bench bench_nvfp4 python3 bench/bench_nvfp4.py --out "$OUT/results" --name nvfp4_h200 ${BENCH_ARGS:-} ;;
+    sweep_nvfp4) run bench sweep_nvfp4 python3 bench/sweep_nvfp4.py --out "$OUT/results" --name sweep_nvfp4_h200 ${SWEEP_ARGS:-} ;;
     host) run bench host_overhead python3 bench/host_overhead.py ;;
     profile)
       # ncu filtered by the library's NVTX range must show its two kernels (quantizer, GEMM).

@@ -349,6 +349,35 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
     return f"{kernel}<{FP4_WARPS}, {tiles}, {GEMM_UNROLL[tiles]}, {OUT_TYPES[out]}>"
 
 
+# Tile-major NVFP4 GEMM (fp4_tiled_gemm_kernel): 4-token groups a CTA, and for each group count
+# (chunks a warp keeps in flight, whether the conversion-free arithmetic runs).
+FP4_TILED_GROUPS = (1, 2, 4, 8)
+FP4_TILED_SCHEDULE = {1: (4, False), 2: (2, False), 4: (2, True), 8: (1, True)}
+# Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first.
+FP4_TILED_SWEEP = {1: ((4, False), (2, False), (4, True)), 2: ((2, False), (4, False), (2, True)),
+                   4: ((2, True), (1, True), (2, False)), 8: ((1, True), (2, True))}
+
+
+def fp4_groups(rows: int) -> int:
+    """4-token groups a tile-major NVFP4 CTA takes at this row count."""
+    return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
+
+
+def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, bool] | None = None) -> str:
+    unroll, conv_free = schedule or FP4_TILED_SCHEDULE[groups]
+    return (f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {'true' if conv_free else 'false'}, "
+            f"{OUT_TYPES[out]}>")
+
+
+def _fp4_gemm_instances() -> tuple[str, ...]:
+    return (tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)
+            + tuple(fp4_tiled_instance(g, o) for g in FP4_TILED_GROUPS for o in OUT_TYPES))
+
+
+def _fp4_sweep_instances() -> tuple[str, ...]:
+    return tuple(fp4_tiled_instance(g, "bfloat16", s) for g in FP4_TILED_GROUPS for s in FP4_TILED_SWEEP[g][1:])
+
+
 def fp4_quant_instance(dtype: str) -> str:
     return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {FP4_QUANT_THREADS}>"
 
@@ -370,8 +399,8 @@ FAMILIES: dict[str, Family] = {
     "w8a8_gemm_pre_sweep": Family("w8a8_gemm.cu", _pre_sweep_instances(), ()),
     "fp4_quant": Family("fp4_quant.cu", tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES),
                         tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
-    "fp4_mx_gemm": Family("fp4_mx_gemm.cu", tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES),
-                          tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)),
+    "fp4_mx_gemm": Family("fp4_mx_gemm.cu", _fp4_gemm_instances(), _fp4_gemm_instances()),
+    "fp4_mx_gemm_sweep": Family("fp4_mx_gemm.cu", _fp4_sweep_instances(), ()),
 }
 
 

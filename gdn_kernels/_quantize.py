@@ -139,6 +139,53 @@ def tile_major_order(padded):
     return tiles.copy(order="C").reshape(n16, k)
 
 
+# e2m1 code (sign in bit 3) -> the nibble fp4_tiled_gemm_kernel decodes to twice its value
+# (kernels/fp4_mx_gemm.cu, decode_tile_word): slot i of mode 0 or 1 (bit 3). Magnitudes 0, 0.5, 1,
+# 1.5, 2, 3, 4, 6 then their negatives (-0 as 0).
+NVFP4_TILE_CODE = np.array([0x0, 0x8, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB,
+                            0x0, 0x4, 0xC, 0x5, 0xD, 0x6, 0xE, 0x7], np.uint8)
+
+
+def nvfp4_tile_major_order(packed, scale, xp=np):
+    """The tile-major copy of a plain NVFP4 weight (numpy or CuPy arrays, ``xp`` their module):
+    packed uint8 [N, K/2] and e4m3 scale bytes [N, K/16] -> (codes uint8 [T * K/128 * 1024],
+    scales uint8 [T * K/128 * 128]), T = ceil(N/16), padded with zero rows.
+
+    Codes, per 16-row tile and 128-value chunk (1 KB, as one warp of fp4_tiled_gemm_kernel loads
+    it): [half h][row group g][quad lane t][pair p'][row r][block parity][code i], that is row
+    g + 8r, block 2(2h + p') + parity, value 4t + i of the block; re-encoded by NVFP4_TILE_CODE,
+    two a byte (the earlier in the low nibble). Scales, per tile and chunk: [row group g][row
+    r][block b]."""
+    n, half_k = packed.shape
+    k = 2 * half_k
+    n16 = -(-n // 16) * 16
+    codes = xp.zeros((n16, k), xp.uint8)
+    codes[:n, 0::2] = packed & 0xF
+    codes[:n, 1::2] = packed >> 4
+    codes = xp.asarray(NVFP4_TILE_CODE)[codes]
+    # [tile, r, g, chunk, h, p', parity, t, i] -> [tile, chunk, h, g, t, p', r, parity, i]
+    order = codes.reshape(n16 // 16, 2, 8, k // 128, 2, 2, 2, 4, 4).transpose(0, 3, 4, 2, 7, 5, 1, 6, 8)
+    nib = order.copy(order="C").reshape(-1, 2)
+    tiled = (nib[:, 0] | (nib[:, 1] << 4)).astype(xp.uint8)
+    s = xp.zeros((n16, k // 16), xp.uint8)
+    s[:n] = scale
+    # [tile, r, g, chunk, b] -> [tile, chunk, g, r, b]
+    tiled_s = s.reshape(n16 // 16, 2, 8, k // 128, 8).transpose(0, 3, 2, 1, 4).copy(order="C").reshape(-1)
+    return tiled, tiled_s
+
+
+def nvfp4_tile_major(w):
+    """Tile-major device copies (CuPy uint8 arrays) of a plain Nvfp4Weight's codes and scales."""
+    import cupy
+
+    n, k = w.n, w.k
+    mem = cupy.cuda.UnownedMemory(w.packed, n * k // 2, w)
+    packed = cupy.ndarray((n, k // 2), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
+    mem = cupy.cuda.UnownedMemory(w.scale, n * k // 16, w)
+    scale = cupy.ndarray((n, k // 16), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
+    return nvfp4_tile_major_order(packed, scale, cupy)
+
+
 def stack_bytes(*parts):
     """Concatenate device byte ranges: each argument a list of (pointer, nbytes); returns one new
     CuPy uint8 array per list."""

@@ -382,9 +382,10 @@ def check_nvfp4_sample(w, x_bits: np.ndarray, y_bits: np.ndarray, cols: np.ndarr
 
 
 def bench_nvfp4_case(ctx, n: int, k: int, rows_list, copy_bw: float, l2_bytes: int, *, peers=None,
-                     seed: int = 0, replays: int = 50) -> list[Record]:
-    """As :func:`bench_w8a8_case` for the NVFP4 projection (``ctx`` an Nvfp4Ctx); ``peers`` take
-    (weight, rows, x_ptr, stream) and return {name_us: microseconds}."""
+                     seed: int = 0, replays: int = 50, layout: str = "tiles16") -> list[Record]:
+    """As :func:`bench_w8a8_case` for the NVFP4 projection (``ctx`` an Nvfp4Ctx) on weights in
+    ``layout`` (checked against the float64 reference from the plain bytes); ``peers`` take
+    (plain weights, rows, x_ptr, stream) and return {name_us: microseconds}."""
     import cupy
 
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -392,17 +393,18 @@ def bench_nvfp4_case(ctx, n: int, k: int, rows_list, copy_bw: float, l2_bytes: i
         first = random_nvfp4_weight(n, k, seed)
         nrot = rotation_count(first.nbytes, l2_bytes)
         weights = [first] + [random_nvfp4_weight(n, k, seed + 1 + i) for i in range(nrot - 1)]
+        timed = [w.tile_major() for w in weights] if layout == "tiles16" else weights
         x, out, wb, out_bf16, cols = _case_buffers(n, k, max(rows_list), l2_bytes, seed)
         records = []
         for rows in rows_list:
             out.fill(0xFFFF)
-            assert ctx.proj(first, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+            assert ctx.proj(timed[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
             stream.synchronize()
             rel = check_nvfp4_sample(first, x[:rows].get(), out[:rows].get(), cols)
             if not rel <= 1e-2:
                 raise AssertionError(f"nvfp4 [{n}, {k}] rows {rows}: relative error {rel:.3g}")
             launches = [(lambda w=w: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16"))
-                        for w in weights]
+                        for w in timed]
             us = time_graph(launches, stream, replays)
             blas = [cublas_bf16_launcher(x.data.ptr, w.data.ptr, out_bf16.data.ptr, rows, n, k, stream) for w in wb]
             peer_us = {"cublas_bf16_us": time_graph(blas, stream, replays)}
@@ -411,6 +413,6 @@ def bench_nvfp4_case(ctx, n: int, k: int, rows_list, copy_bw: float, l2_bytes: i
             floor = first.nbytes / copy_bw * 1e6
             records.append(Record("nvfp4", n, k, rows, us, floor, first.nbytes, first.nbytes / us * 1e-3,
                                   us / floor, peer_us, None, rel))
-        del weights, wb
+        del weights, timed, wb
     cupy.get_default_memory_pool().free_all_blocks()
     return records

@@ -20,6 +20,8 @@ NVFP4_BLOCK = 16
 # K must be a multiple of this: the GEMM streams 128-value (64-byte) chunks of a weight row.
 NVFP4_K_MULTIPLE = 128
 MAX_SEGMENTS = 3
+# Byte layouts of an NVFP4 weight (Nvfp4Weight.layout).
+LAYOUTS = ("rows", "tiles16")
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +42,9 @@ class Nvfp4Weight:
         Static per-tensor activation global scale (ModelOpt ``input_scale``), if calibrated.
     segments : tuple of int
     owner : object
+    layout : str
+        ``"rows"``: the checkpoint layouts above. ``"tiles16"``: the copy :meth:`tile_major`
+        makes (the faster layout for the GEMM; same results bit for bit).
     """
 
     n: int
@@ -50,6 +55,7 @@ class Nvfp4Weight:
     input_scale: float | None = None
     segments: tuple[int, ...] = ()
     owner: object = field(default=None, repr=False)
+    layout: str = "rows"
 
     def __post_init__(self):
         if not self.segments:
@@ -67,8 +73,10 @@ class Nvfp4Weight:
             if not (float(self.input_scale) > 0 and float(self.input_scale) < float("inf")):
                 raise ValueError(f"input_scale must be a positive finite float, got {self.input_scale}")
             object.__setattr__(self, "input_scale", float(self.input_scale))
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         _ptr.check_pointer(self.packed, "packed", 16)
-        _ptr.check_pointer(self.scale, "scale", 8)
+        _ptr.check_pointer(self.scale, "scale", 16 if self.layout == "tiles16" else 8)
 
     @property
     def nbytes(self) -> int:
@@ -77,9 +85,26 @@ class Nvfp4Weight:
 
     @classmethod
     def from_pointers(cls, packed: int, scale: int, n: int, k: int, scale2: float, *,
-                      input_scale: float | None = None, owner=None) -> "Nvfp4Weight":
-        """Wrap raw device pointers (no GPU touched); the caller keeps the memory alive."""
-        return cls(n, k, packed, scale, scale2, input_scale, (n,), owner)
+                      input_scale: float | None = None, owner=None, layout: str = "rows") -> "Nvfp4Weight":
+        """Wrap raw device pointers (no GPU touched); the caller keeps the memory alive.
+        ``layout="tiles16"`` wraps bytes already in :meth:`tile_major` order."""
+        return cls(n, k, packed, scale, scale2, input_scale, (n,), owner, layout)
+
+    def tile_major(self) -> "Nvfp4Weight":
+        """This weight copied (on the GPU, once: call at load time) into the layout the GEMM
+        reads fastest: per 16-row tile and 128-value chunk the 1 KB one warp loads, each code
+        re-encoded and placed where the int8 MMA takes it, so the GEMM decodes it with no
+        shuffle (kernels/fp4_mx_gemm.cu, fp4_tiled_gemm_kernel). Outputs are the same bit for
+        bit. The result owns its bytes (N padded to a multiple of 16; values and scales, the
+        same size as the source's but for the padding) and keeps no reference to this weight:
+        drop this one to hold one copy only. A tile-major weight is returned as it is."""
+        if self.layout == "tiles16":
+            return self
+        from gdn_kernels import _quantize
+
+        codes, scales = _quantize.nvfp4_tile_major(self)
+        return Nvfp4Weight(self.n, self.k, codes.data.ptr, scales.data.ptr, self.scale2, self.input_scale,
+                           self.segments, (codes, scales), "tiles16")
 
     @classmethod
     def _from_arrays(cls, packed, scale, scale2: float, input_scale) -> "Nvfp4Weight":
@@ -131,6 +156,8 @@ class Nvfp4Weight:
             if not isinstance(s, Nvfp4Weight):
                 raise TypeError(f"segments must be Nvfp4Weight, got {type(s).__name__}")
         first = segs[0]
+        if len(segs) > 1 and any(s.layout != "rows" for s in segs):
+            raise ValueError("stack plain segments, then call tile_major() on the result")
         for s in segs[1:]:
             if s.k != first.k:
                 raise ValueError(f"segments must share K: {first.k} != {s.k}")
@@ -211,6 +238,9 @@ class Nvfp4Ctx:
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
+        self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
+                                                          _GEMM_ARGS)
+                       for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
         self._quant = {d: self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d), _QUANT_ARGS)
                        for d in ACT_DTYPES}
 
@@ -245,11 +275,14 @@ class Nvfp4Ctx:
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
             self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
-            tiles = _build.gemm_tiles(r)
-            grid = (-(-r // (8 * tiles)), -(-w.n // 16), 1)
-            self._gemm[(tiles, dtype)].launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2,
-                                              self._ws[3], self._ws[4], self._ws[2], out + r0 * ldc * item, ldc,
-                                              w.n, w.k, r)
+            if w.layout == "tiles16":
+                groups = _build.fp4_groups(r)
+                kernel, grid = self._tiled[(groups, dtype)], (-(-r // (4 * groups)), -(-w.n // 16), 1)
+            else:
+                tiles = _build.gemm_tiles(r)
+                kernel, grid = self._gemm[(tiles, dtype)], (-(-r // (8 * tiles)), -(-w.n // 16), 1)
+            kernel.launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, self._ws[3],
+                                    self._ws[4], self._ws[2], out + r0 * ldc * item, ldc, w.n, w.k, r)
         if _nvtx.ENABLED:
             _nvtx.pop()
 

@@ -408,3 +408,184 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
   }
 }
+
+// ---- Tile-major weights: re-encoded codes, two blocks an MMA ----
+//
+// Nvfp4Weight.tile_major() stores each 16-row tile's 128-value chunk as the 1 KB one warp loads
+// (two 16-byte loads a thread, 512 contiguous bytes each) with every code already where the
+// m16n8k32 int8 MMA wants it, in an encoding that two prmt lookups and an xor decode (no
+// shuffle, no transpose). Thread (g, t)'s 32 bytes are the words (p, r), p = 0..3, r = 0..1, in
+// that order: row g + 8r, codes 4t..4t+3 of block 2p (low half) and of block 2p+1 (high half).
+// Its weight scales are 16 bytes, rows g and g+8, blocks 0..7 of the chunk.
+//
+// One m16n8k32 MMA sums two blocks for up to four tokens: column n of B is token n/2's codes in
+// the half of K that holds block 2p + n%2 and zeros in the other, so D's column n is one block's
+// exact sum. Each (row, token) is then accumulated block by block in the same K order with the
+// same fma as in the kernels above, so the outputs are theirs bit for bit.
+
+namespace {
+
+// Tile-major code nibble (m, i), m its bit 3 and i the low three -> twice the e2m1 value as int8:
+// P = prmt(kDecP, nibble) and Q = prmt(kDecQ, nibble ^ 8), whose sign-replicate mode (bit 3)
+// gives 0 or 0xff; P's bytes are all non-negative, so m = 1 gives Q's byte i and m = 0 gives
+// P's byte i, complemented where Q's byte i is negative. Slots 0-3: (P, Q) = (0, 1), (2, 3),
+// (4, 6), (8, 12); slots 4-7: (~0, -2) = (-1, -2), (-3, -4), (-6, -8), (-12, -12).
+// (_quantize.NVFP4_TILE_CODE is the encoder; tests/test_nvfp4.py checks every code.)
+constexpr uint32_t kDecP0 = 0x08040200u, kDecP1 = 0x0B050200u;
+constexpr uint32_t kDecQ0 = 0x0C060301u, kDecQ1 = 0xF4F8FCFEu;
+
+// Eight tile-major codes -> the int8 operands of their two halves.
+__device__ __forceinline__ void decode_tile_word(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t m = w ^ 0x88888888u;
+  lo = gdn::prmt(kDecP0, kDecP1, w) ^ gdn::prmt(kDecQ0, kDecQ1, m);
+  hi = gdn::prmt(kDecP0, kDecP1, w >> 16) ^ gdn::prmt(kDecQ0, kDecQ1, m >> 16);
+}
+
+// D = A * B + C, A [16, 32] s8 row-major, B [32, 8] s8 col-major, int32; C = c in every lane.
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                             int c) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c));
+}
+
+}  // namespace
+
+// kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
+// in flight a warp.  kConvFree: the conversion-free arithmetic of fp4_mx_gemm_kernel (for many
+// groups) instead of the direct one of fp4_mx_gemm_int_kernel.  OutT: bf16 or fp16.
+// w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
+// [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
+template <int kWarps, int kGroups, int kUnroll, bool kConvFree, typename OutT>
+__global__ void __launch_bounds__(kWarps * 32)
+fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
+                      const int8_t* __restrict__ xd, const float* __restrict__ sx,
+                      const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
+                      int rows) {
+  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
+  gdn::pdl_launch_dependents();
+  constexpr int kTokens = 4 * kGroups;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tok0 = blockIdx.x * kTokens;
+  const int n0 = blockIdx.y * 16;
+  const int chunks = K >> 7;
+  const int blocks = K >> 4;
+
+  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
+  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
+  // B column g: token g/2 of a group, in the half of K of block parity g%2.
+  const uint32_t odd = (g & 1) ? 0xffffffffu : 0u;
+  const int8_t* p_x[kGroups];
+  const float* p_sx[kGroups];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
+    p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
+  }
+
+  // Programmatic dependent launch: see w8a8_gemm.cu.
+  gdn::pdl_wait();
+
+  // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
+  float acc[kGroups][2];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
+
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+    uint4 b_w[kUnroll][2];
+    uint4 b_s[kUnroll];
+    uint4 b_x[kUnroll][kGroups][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
+        b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
+        b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+        b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
+        // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
+        const uint32_t words[8] = {b_w[u][0].x, b_w[u][0].y, b_w[u][0].z, b_w[u][0].w,
+                                   b_w[u][1].x, b_w[u][1].y, b_w[u][1].z, b_w[u][1].w};
+        uint32_t a[4][4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          decode_tile_word(words[2 * p], a[p][0], a[p][2]);
+          decode_tile_word(words[2 * p + 1], a[p][1], a[p][3]);
+        }
+        // Weight scales of rows g (s[0]) and g+8 (s[1]) for the chunk's 8 blocks: converted in
+        // the direct form; as T = sw * 2^-120 and -M * T in the conversion-free one.
+        const uint32_t sb[2][2] = {{b_s[u].x, b_s[u].y}, {b_s[u].z, b_s[u].w}};
+        float s[2][8], m[2][8];
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int b = 0; b < 8; ++b) {
+            if constexpr (kConvFree) {
+              s[r][b] = e4m3_bits(sb[r][b >> 2], b & 3);
+              m[r][b] = gdn::mul_rn(s[r][b], kNegMagic);
+            } else if ((b & 1) == 0) {
+              const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
+              s[r][b] = v.x;
+              s[r][b + 1] = v.y;
+            }
+          }
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+          const uint32_t xw[8] = {b_x[u][j][0].x, b_x[u][j][0].y, b_x[u][j][0].z, b_x[u][j][0].w,
+                                  b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
+          const float4* p_a = reinterpret_cast<const float4*>(p_sx[j] + c * 8);
+          const float4 sal = __ldg(p_a), sah = __ldg(p_a + 1);
+          const float sa[8] = {sal.x, sal.y, sal.z, sal.w, sah.x, sah.y, sah.z, sah.w};
+#pragma unroll
+          for (int p = 0; p < 4; ++p) {
+            int d[4];
+            mma_s8_16832(d, a[p], xw[2 * p] & ~odd, xw[2 * p + 1] & odd, kConvFree ? kMagic : 0);
+            // d[0], d[1]: row g, blocks 2p, 2p+1 of token 4j + t; d[2], d[3]: row g+8.
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int r = e >> 1, b = 2 * p + (e & 1);
+              if constexpr (kConvFree) {
+                const float y = gdn::fma_rn(__int_as_float(d[e]), s[r][b], m[r][b]);
+                acc[j][r] = gdn::fma_rn(y, sa[b], acc[j][r]);
+              } else {
+                acc[j][r] = gdn::fma_rn(__int2float_rn(d[e]), gdn::mul_rn(sa[b], s[r][b]), acc[j][r]);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  __shared__ float red[kWarps][kGroups * 2][32];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
+  __syncthreads();
+  const float s2 = gdn::mul_rn(scale2, 0.25f);
+  for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
+    const int jr = e >> 5, l = e & 31;
+    const int n = n0 + (l >> 2) + (jr & 1) * 8;
+    const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
+    if (n >= N || tok >= rows) continue;
+    float sum = red[0][jr][l];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    if constexpr (kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+  }
+}

@@ -1,5 +1,6 @@
 """Small NVFP4 workload for compute-sanitizer (memcheck, racecheck), CuPy's pool off: ragged N,
-strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too)."""
+strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too), both weight layouts
+(every token-group count of the tile-major kernel)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ def main() -> int:
     rng = np.random.default_rng(0)
     for n, k in ((16, 128), (200, 384), (129, 1024)):
         w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))
-        for rows in (1, 7, 9, 17, 70):
-            ldx, ldc = k + 8, n + 3
-            x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
-            out = cupy.empty((rows, ldc), cupy.float16)
-            assert ctx.proj(w, x, ldx, rows, out, ldc)
+        for weight in (w, w.tile_major()):
+            for rows in (1, 3, 7, 9, 17, 70):
+                ldx, ldc = k + 8, n + 3
+                x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
+                out = cupy.empty((rows, ldc), cupy.float16)
+                assert ctx.proj(weight, x, ldx, rows, out, ldc)
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

@@ -48,6 +48,75 @@ def test_decode_table_gives_twice_the_e2m1_value_for_every_code_quad():
             assert byte - 256 * (byte >= 128) == want, (hex(u), i, code)
 
 
+# fp4_tiled_gemm_kernel's decode tables (kernels/fp4_mx_gemm.cu, decode_tile_word).
+DEC_P, DEC_Q = (0x08040200, 0x0B050200), (0x0C060301, 0xF4F8FCFE)
+
+
+def decode_tile_word(w: int) -> tuple[int, int]:
+    """The tile-major decode of eight codes, step for step: (low half's int8 x4, high half's)."""
+    m = w ^ 0x88888888
+    lo = prmt(*DEC_P, w & 0xFFFF) ^ prmt(*DEC_Q, m & 0xFFFF)
+    hi = prmt(*DEC_P, w >> 16) ^ prmt(*DEC_Q, m >> 16)
+    return lo, hi
+
+
+def s8(word: int, i: int) -> int:
+    byte = (word >> (8 * i)) & 0xFF
+    return byte - 256 * (byte >= 128)
+
+
+def test_tile_major_decode_gives_twice_the_e2m1_value_for_every_code():
+    from gdn_kernels._quantize import NVFP4_TILE_CODE
+
+    rng = np.random.default_rng(1)
+    for codes in [list(range(8)), list(range(8, 16))] + [list(rng.integers(0, 16, 8)) for _ in range(300)]:
+        w = sum(int(NVFP4_TILE_CODE[c]) << (4 * i) for i, c in enumerate(codes))
+        lo, hi = decode_tile_word(w)
+        got = [s8(lo, i) for i in range(4)] + [s8(hi, i) for i in range(4)]
+        assert got == [2 * ref.E2M1_VALUES[c] for c in codes], codes
+
+
+def test_tile_major_order_puts_each_code_and_scale_where_the_kernel_reads_it():
+    """Emulate fp4_tiled_gemm_kernel's addressing over the tile-major copy: thread (g, t) of tile
+    T, chunk c reads 16 bytes at T*chunks*1024 + c*1024 + h*512 + lane*16 (h = 0, 1), words
+    (p, r) in order, and 16 scale bytes at (T*chunks + c)*128 + g*16; each must decode to the
+    plain weight's code at row 16T + g + 8r, value 128c + 16b + 4t + i (b = 2p, 2p + 1), and the
+    scale of that row and block (zero in the padding rows)."""
+    from gdn_kernels._quantize import nvfp4_tile_major_order
+
+    rng = np.random.default_rng(2)
+    n, k = 37, 384
+    packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    scale = rng.integers(1, 256, (n, k // 16), dtype=np.uint8)
+    codes = np.zeros((n, k), np.int64)
+    codes[:, 0::2], codes[:, 1::2] = packed & 0xF, packed >> 4
+    want = np.zeros((48, k), np.int64)
+    want[:n] = 2 * np.asarray(ref.E2M1_VALUES)[codes]
+    want_s = np.zeros((48, k // 16), np.int64)
+    want_s[:n] = scale
+    tiled, tiled_s = nvfp4_tile_major_order(packed, scale)
+    chunks = k // 128
+    assert tiled.shape == (3 * chunks * 1024,) and tiled_s.shape == (3 * chunks * 128,)
+    words = tiled.view("<u4")
+    for tile in range(3):
+        for c in range(chunks):
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                base = tile * chunks * 1024 + c * 1024 + lane * 16
+                thread_words = list(words[base // 4: base // 4 + 4]) + list(words[(base + 512) // 4: (base + 512) // 4 + 4])
+                for p in range(4):
+                    for r in range(2):
+                        lo, hi = decode_tile_word(int(thread_words[2 * p + r]))
+                        row = 16 * tile + g + 8 * r
+                        for half, word in ((0, lo), (1, hi)):
+                            kk = 128 * c + 16 * (2 * p + half) + 4 * t
+                            assert [s8(word, i) for i in range(4)] == list(want[row, kk:kk + 4]), (tile, c, lane, p, r)
+                sbase = (tile * chunks + c) * 128 + g * 16
+                for r in range(2):
+                    got = tiled_s[sbase + 8 * r: sbase + 8 * r + 8]
+                    assert list(got) == list(want_s[16 * tile + g + 8 * r, 8 * c: 8 * c + 8])
+
+
 def test_weight_validation():
     w = Nvfp4Weight.from_pointers(P, P + 4096, 300, 256, 1e-3)
     assert w.nbytes == 300 * 128 + 300 * 16
@@ -72,6 +141,14 @@ def test_stacking_rules():
         Nvfp4Weight.new([a, Nvfp4Weight.from_pointers(P, P, 256, 512, 2e-3)])
     with pytest.raises(ValueError, match="1 to 3"):
         Nvfp4Weight.new([a] * 4)
+    tiled = Nvfp4Weight.from_pointers(P, P, 256, 512, 1e-3, layout="tiles16")
+    assert tiled.tile_major() is tiled and Nvfp4Weight.new([tiled]) is tiled
+    with pytest.raises(ValueError, match="tile_major"):
+        Nvfp4Weight.new([a, tiled])
+    with pytest.raises(ValueError, match="layout"):
+        Nvfp4Weight.from_pointers(P, P, 256, 512, 1e-3, layout="cols")
+    with pytest.raises(ValueError, match="16-byte"):
+        Nvfp4Weight.from_pointers(P, P + 8, 256, 512, 1e-3, layout="tiles16")
 
 
 def test_family_and_arguments():

@@ -26,7 +26,8 @@ def ctx():
 class HostFp4Weight:
     """A random NVFP4 weight (all 16 codes, positive e4m3 block scales) on host and device."""
 
-    def __init__(self, rng, n: int, k: int, scale2: float = 1e-3, input_scale: float | None = None):
+    def __init__(self, rng, n: int, k: int, scale2: float = 1e-3, input_scale: float | None = None,
+                 layout: str = "rows"):
         import cupy
 
         from gdn_kernels import Nvfp4Weight
@@ -39,6 +40,8 @@ class HostFp4Weight:
         self.dp, self.ds = cupy.asarray(self.packed), cupy.asarray(self.s)
         self.w = Nvfp4Weight.from_pointers(self.dp.data.ptr, self.ds.data.ptr, n, k, float(self.scale2),
                                            input_scale=input_scale, owner=(self.dp, self.ds))
+        if layout == "tiles16":
+            self.w = self.w.tile_major()
 
     def decoded(self) -> np.ndarray:
         return ref.nvfp4_decode(self.packed, self.s.view(ml_dtypes.float8_e4m3fn), self.scale2)
@@ -129,11 +132,12 @@ def test_quantizer_bit_equal(ctx, k, rows, dtype, static, seed):
     np.testing.assert_array_equal(gs.get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
 
 
-def test_row_invariance_every_row_count(ctx):
+@pytest.mark.parametrize("layout", ["rows", "tiles16"])
+def test_row_invariance_every_row_count(ctx, layout):
     """Row r of batches of random sizes 1..512 (and subsets) equals row r computed alone, bit for
     bit; the same batch twice gives the same bits."""
     rng = np.random.default_rng(17)
-    hw = HostFp4Weight(rng, 200, 2048)
+    hw = HostFp4Weight(rng, 200, 2048, layout=layout)
     x = random_activations(rng, 512, 2048, "bfloat16", outliers=True, zero_rows=(5,))
     _, full = run(ctx, hw, x, "bfloat16")
     _, again = run(ctx, hw, x, "bfloat16")
@@ -143,7 +147,7 @@ def test_row_invariance_every_row_count(ctx):
         _, y = run(ctx, hw, x[r:r + 1], "bfloat16")
         alone[int(r)] = y[0]
         assert (y[0].view(np.uint16) == full[r].view(np.uint16)).all()
-    for rows in [int(v) for v in rng.integers(2, 513, 8)] + [8, 9, 16, 17, 33]:
+    for rows in [int(v) for v in rng.integers(2, 513, 8)] + [4, 5, 8, 9, 16, 17, 33]:
         pick = rng.choice(512, rows, replace=False)
         _, sub = run(ctx, hw, x[pick], "bfloat16")
         assert (sub.view(np.uint16) == full[pick].view(np.uint16)).all(), f"rows={rows}"
@@ -172,10 +176,11 @@ def test_static_input_scale(ctx):
     check(hw, x, y, "bfloat16", static_gs=np.float32(0.004))
 
 
+@pytest.mark.parametrize("layout", ["rows", "tiles16"])
 @pytest.mark.parametrize("n,k", [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)])
-def test_model_shapes(ctx, n, k):
+def test_model_shapes(ctx, n, k, layout):
     rng = np.random.default_rng(n ^ k)
-    hw = HostFp4Weight(rng, n, k)
+    hw = HostFp4Weight(rng, n, k, layout=layout)
     x = random_activations(rng, 3, k, "bfloat16", outliers=True)
     ok, y = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=8)
     assert ok
@@ -266,3 +271,82 @@ def test_back_to_back_calls_on_a_stream(ctx):
     for x, out in zip(xs, outs):
         _, alone = run(ctx, hw, x, "bfloat16")
         assert (out.get() == alone.view(np.uint16)).all()
+
+
+@given(
+    n=st.integers(1, 300),
+    kb=st.integers(1, 20),
+    rows=st.integers(1, 70),
+    dtype=st.sampled_from(["bfloat16", "float16"]),
+    ldx_pad=st.sampled_from([0, 8]),
+    ldc_pad=st.sampled_from([0, 3]),
+    seed=st.integers(0, 2**31 - 1),
+)
+@example(n=16, kb=1, rows=1, dtype="bfloat16", ldx_pad=0, ldc_pad=0, seed=0)
+@example(n=17, kb=9, rows=33, dtype="float16", ldx_pad=8, ldc_pad=3, seed=1)
+def test_tile_major_gives_the_plain_layouts_bits(ctx, n, kb, rows, dtype, ldx_pad, ldc_pad, seed):
+    """The tile-major weight (its own kernel, 1 to 8 token groups a CTA) gives the plain layout's
+    bits at every row count, ragged N and K whose chunks do not divide among the warps, and
+    writes nothing outside the output."""
+    rng = np.random.default_rng(seed)
+    k = 128 * kb
+    hw = HostFp4Weight(rng, n, k)
+    x = random_activations(rng, rows, k, dtype, outliers=True, zero_rows=(rows // 3,))
+    ok, plain = run(ctx, hw, x, dtype, ldx_pad=ldx_pad, ldc_pad=ldc_pad)
+    hw.w = hw.w.tile_major()
+    ok_t, tiled = run(ctx, hw, x, dtype, ldx_pad=ldx_pad, ldc_pad=ldc_pad)
+    assert ok and ok_t
+    assert (tiled.view(np.uint16) == plain.view(np.uint16)).all()
+    check(hw, x, tiled, dtype)
+
+
+def test_every_tile_major_schedule_gives_the_same_bits(ctx):
+    """Each schedule of the tile-major sweep (chunks in flight, direct or conversion-free
+    arithmetic; _build.FP4_TILED_SWEEP) gives ctx.proj's bits, run as whole projections."""
+    from gdn_kernels import _build
+    from gdn_kernels.nvfp4 import _GEMM_ARGS
+
+    rng = np.random.default_rng(53)
+    hw = HostFp4Weight(rng, 300, 1280, layout="tiles16")
+    x = random_activations(rng, 40, 1280, "bfloat16", outliers=True)
+    shipped = dict(ctx._tiled)
+    try:
+        for groups in _build.FP4_TILED_GROUPS:
+            rows = 4 * groups + (groups == 8) * 5  # every token of a CTA live, and a second CTA at 8 groups
+            _, want = run(ctx, hw, x[:rows], "bfloat16")
+            for schedule in _build.FP4_TILED_SWEEP[groups][1:]:
+                name = _build.fp4_tiled_instance(groups, "bfloat16", schedule)
+                ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel("fp4_mx_gemm_sweep", name, _GEMM_ARGS)
+                _, got = run(ctx, hw, x[:rows], "bfloat16")
+                assert (got.view(np.uint16) == want.view(np.uint16)).all(), name
+                ctx._tiled[(groups, "bfloat16")] = shipped[(groups, "bfloat16")]
+    finally:
+        ctx._tiled.update(shipped)
+
+
+def test_tile_major_copy_is_the_documented_order_and_frees_its_source():
+    """Nvfp4Weight.tile_major's device bytes equal the host-side order of _quantize (which the CPU
+    tests check against the kernel's addressing), and the copy holds no reference to its source."""
+    import gc
+    import weakref
+
+    import cupy
+
+    from gdn_kernels._quantize import nvfp4_tile_major_order
+
+    rng = np.random.default_rng(59)
+    hw = HostFp4Weight(rng, 40, 384)
+    tiled = hw.w.tile_major()
+    assert tiled.layout == "tiles16" and (tiled.n, tiled.k, tiled.scale2) == (40, 384, hw.w.scale2)
+    source = weakref.ref(hw.w)
+    hw.w = None
+    gc.collect()
+    assert source() is None, "the tile-major weight keeps its source alive"
+    want_c, want_s = nvfp4_tile_major_order(hw.packed, hw.s)
+
+    def device_bytes(ptr, size):
+        return cupy.ndarray((size,), cupy.uint8, cupy.cuda.MemoryPointer(
+            cupy.cuda.UnownedMemory(ptr, size, tiled), 0)).get()
+
+    np.testing.assert_array_equal(device_bytes(tiled.packed, want_c.size), want_c)
+    np.testing.assert_array_equal(device_bytes(tiled.scale, want_s.size), want_s)

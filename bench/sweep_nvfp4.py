@@ -1,0 +1,101 @@
+"""Schedule sweep of the tile-major NVFP4 GEMM: every schedule of ``_build.FP4_TILED_SWEEP``
+(chunks in flight a warp; direct or conversion-free arithmetic) timed inside the whole projection
+(quantizer + GEMM with PDL, graph replay, weights rotated beyond the L2), beside the plain-layout
+kernels on the same weights.
+
+A schedule whose output differs by one bit from the plain layout's is reported as such and not
+timed. Writes ``name``.json and ``name``.md under --out; progress on stderr.
+
+    python bench/sweep_nvfp4.py --out bench/results --name sweep_nvfp4_h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model shapes)
+
+
+def _key(schedule) -> str:
+    unroll, conv_free = schedule
+    return f"u{unroll}{'_cf' if conv_free else ''}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--name", default="sweep_nvfp4")
+    ap.add_argument("--rows", default="1,4,8,16,64")
+    ap.add_argument("--replays", type=int, default=20)
+    args = ap.parse_args()
+
+    import cupy
+
+    from gdn_kernels import Nvfp4Ctx, _build, bench
+    from gdn_kernels.nvfp4 import _GEMM_ARGS
+
+    rows_list = [int(r) for r in args.rows.split(",")]
+    meta = bench.base_meta()
+    meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
+    l2 = meta["device"]["l2_bytes"]
+    ctx = Nvfp4Ctx(max_rows=max(rows_list), max_k=max(k for _, k in SHAPES))
+    shipped = dict(ctx._tiled)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    records = []
+    t0 = time.time()
+    with stream:
+        for n, k in SHAPES:
+            plain = [bench.random_nvfp4_weight(n, k, 1)]
+            nbytes = plain[0].nbytes
+            plain += [bench.random_nvfp4_weight(n, k, 2 + i) for i in range(bench.rotation_count(nbytes, l2) - 1)]
+            tiled = [w.tile_major() for w in plain]
+            rs = cupy.random.RandomState(5)
+            x = (rs.standard_normal((max(rows_list), k), dtype=cupy.float32).view(cupy.uint32) >> 16).astype(cupy.uint16)
+            out = cupy.empty((max(rows_list), n), cupy.uint16)
+            ref_out = cupy.empty_like(out)
+            floor = nbytes / (meta["copy_bw_tbs"] * 1e12) * 1e6
+
+            def timed(weights, rows):
+                launches = [(lambda w=w: ctx.proj(w, x.data.ptr, k, rows, out.data.ptr, n, stream.ptr,
+                                                  dtype="bfloat16")) for w in weights]
+                return bench.time_graph(launches, stream, args.replays)
+
+            for rows in rows_list:
+                groups = _build.fp4_groups(rows)
+                rec = {"format": "nvfp4", "N": n, "K": k, "rows": rows, "floor_us": floor,
+                       "shipped": _key(_build.FP4_TILED_SCHEDULE[groups]), "schedules": {}}
+                ctx._tiled.update(shipped)
+                ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
+                rec["schedules"]["plain"] = timed(plain, rows)
+                for sched in _build.FP4_TILED_SWEEP[groups]:
+                    name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
+                    family = "fp4_mx_gemm" if sched == _build.FP4_TILED_SCHEDULE[groups] else "fp4_mx_gemm_sweep"
+                    ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                    out.fill(0xFFFF)
+                    ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+                    if not bool((out[:rows] == ref_out[:rows]).all()):
+                        rec["schedules"][_key(sched)] = "DIFFERENT BITS"
+                        continue
+                    rec["schedules"][_key(sched)] = timed(tiled, rows)
+                ctx._tiled.update(shipped)
+                times = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
+                rec["best"] = min(times, key=times.get) if times else None
+                records.append(rec)
+                print(f"[{time.time() - t0:6.0f}s] nvfp4 [{n}, {k}] rows {rows}: floor {floor:.2f} "
+                      + " ".join(f"{kk} {v:.2f}" for kk, v in times.items()), file=sys.stderr, flush=True)
+            del plain, tiled
+            cupy.get_default_memory_pool().free_all_blocks()
+    caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
+               "then each tile-major schedule, u (chunks in flight a warp), cf (conversion-free arithmetic).")
+    write_sweep(Path(args.out), args.name, meta, records, caption,
+                {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
