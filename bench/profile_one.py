@@ -25,15 +25,17 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--rows", type=int, default=4)
-    ap.add_argument("--formats", default="int8,fp8_block,nvfp4")
+    ap.add_argument("--formats", default="int8,fp8_block,nvfp4",
+                    help="comma list of int8, fp8_channel, fp8_block, nvfp4, nvfp4_tiles (tile-major NVFP4)")
     args = ap.parse_args()
     n, k, rows = args.n, args.k, args.rows
     x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
     out = cupy.empty((rows, n), cupy.float16)
     wctx, fctx = W8a8Ctx(max_rows=max(16, rows), max_k=k), Nvfp4Ctx(max_rows=max(16, rows), max_k=k)
     for fmt in args.formats.split(","):
-        if fmt == "nvfp4":
-            assert fctx.proj(random_nvfp4_weight(n, k, 3), x, k, rows, out, n)
+        if fmt in ("nvfp4", "nvfp4_tiles"):
+            w = random_nvfp4_weight(n, k, 3)
+            assert fctx.proj(w.tile_major() if fmt == "nvfp4_tiles" else w, x, k, rows, out, n)
         else:
             assert wctx.proj(random_w8a8_weight(fmt, n, k, 3), x, k, rows, out, n)
     cupy.cuda.runtime.deviceSynchronize()

@@ -22,8 +22,8 @@ from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model 
 
 
 def _key(schedule) -> str:
-    unroll, conv_free = schedule
-    return f"u{unroll}{'_cf' if conv_free else ''}"
+    unroll, conv_free, stages = schedule
+    return (f"s{stages}" if stages else f"u{unroll}") + ("_cf" if conv_free else "")
 
 
 def main() -> int:
@@ -75,7 +75,8 @@ def main() -> int:
                 for sched in _build.FP4_TILED_SWEEP[groups]:
                     name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
                     family = "fp4_mx_gemm" if sched == _build.FP4_TILED_SCHEDULE[groups] else "fp4_mx_gemm_sweep"
-                    ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                    kernel = ctx.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched))
+                    ctx._tiled[(groups, "bfloat16")] = kernel
                     out.fill(0xFFFF)
                     ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     if not bool((out[:rows] == ref_out[:rows]).all()):
@@ -91,7 +92,8 @@ def main() -> int:
             del plain, tiled
             cupy.get_default_memory_pool().free_all_blocks()
     caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
-               "then each tile-major schedule, u (chunks in flight a warp), cf (conversion-free arithmetic).")
+               "then each tile-major schedule: u (chunks in flight a warp, in registers) or s (shared-memory stages a "
+               "warp), cf (conversion-free arithmetic).")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
     return 0

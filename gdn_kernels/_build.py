@@ -350,12 +350,19 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
 
 
 # Tile-major NVFP4 GEMM (fp4_tiled_gemm_kernel): 4-token groups a CTA, and for each group count
-# (chunks a warp keeps in flight, whether the conversion-free arithmetic runs).
+# its schedule (chunks in flight a warp in registers, conversion-free arithmetic, shared-memory
+# stages a warp instead of registers when > 0). Picked from bench/results/sweep_nvfp4_*.md.
 FP4_TILED_GROUPS = (1, 2, 4, 8)
-FP4_TILED_SCHEDULE = {1: (4, False), 2: (2, False), 4: (2, True), 8: (1, True)}
+FP4_TILED_SCHEDULE = {1: (2, False, 0), 2: (2, True, 0), 4: (1, True, 0), 8: (1, True, 0)}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first.
-FP4_TILED_SWEEP = {1: ((4, False), (2, False), (4, True)), 2: ((2, False), (4, False), (2, True)),
-                   4: ((2, True), (1, True), (2, False)), 8: ((1, True), (2, True))}
+FP4_TILED_SWEEP = {
+    1: ((2, False, 0), (4, False, 0), (1, False, 0), (1, False, 4), (1, False, 8), (1, True, 4)),
+    2: ((2, True, 0), (2, False, 0), (1, True, 4), (1, False, 4), (1, True, 8)),
+    4: ((1, True, 0), (2, True, 0), (1, True, 4)),
+    8: ((1, True, 0), (1, True, 4)),
+}
+# Shared memory of one warp's stage (kTiledStageBytes in kernels/fp4_mx_gemm.cu).
+FP4_TILED_STAGE_BYTES = 1536
 
 
 def fp4_groups(rows: int) -> int:
@@ -363,10 +370,15 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
-def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, bool] | None = None) -> str:
-    unroll, conv_free = schedule or FP4_TILED_SCHEDULE[groups]
+def fp4_tiled_smem(schedule: tuple[int, bool, int]) -> int:
+    """Dynamic shared memory of a tile-major NVFP4 GEMM CTA with this schedule."""
+    return FP4_WARPS * schedule[2] * FP4_TILED_STAGE_BYTES
+
+
+def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, bool, int] | None = None) -> str:
+    unroll, conv_free, stages = schedule or FP4_TILED_SCHEDULE[groups]
     return (f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {'true' if conv_free else 'false'}, "
-            f"{OUT_TYPES[out]}>")
+            f"{stages}, {OUT_TYPES[out]}>")
 
 
 def _fp4_gemm_instances() -> tuple[str, ...]:

@@ -238,9 +238,10 @@ class Nvfp4Ctx:
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
-        self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
-                                                          _GEMM_ARGS)
-                       for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
+        self._tiled = {(groups, out): self.modules.kernel(
+            "fp4_mx_gemm", _build.fp4_tiled_instance(groups, out), _GEMM_ARGS,
+            _build.fp4_tiled_smem(_build.FP4_TILED_SCHEDULE[groups]))
+            for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
         self._quant = {d: self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d), _QUANT_ARGS)
                        for d in ACT_DTYPES}
 

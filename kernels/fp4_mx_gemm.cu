@@ -453,12 +453,77 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 
 }  // namespace
 
+// One chunk of one warp: decode the weight words (w0, w1: the thread's two 16-byte pieces), convert
+// its scales (sb), and accumulate every token group's two rows into acc. xv: each group's 32
+// activation bytes; p_sx: each group's activation-scale row (token 4j + t).
+template <int kGroups, bool kConvFree>
+__device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, const uint4& sb4,
+                                            const uint4 (&xv)[kGroups][2], const float* const (&p_sx)[kGroups],
+                                            int c, uint32_t odd, float (&acc)[kGroups][2]) {
+  // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
+  const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  uint32_t a[4][4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    decode_tile_word(words[2 * p], a[p][0], a[p][2]);
+    decode_tile_word(words[2 * p + 1], a[p][1], a[p][3]);
+  }
+  // Weight scales of rows g (s[0]) and g+8 (s[1]) for the chunk's 8 blocks: converted in the
+  // direct form; as T = sw * 2^-120 and -M * T in the conversion-free one.
+  const uint32_t sb[2][2] = {{sb4.x, sb4.y}, {sb4.z, sb4.w}};
+  float s[2][8], m[2][8];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      if constexpr (kConvFree) {
+        s[r][b] = e4m3_bits(sb[r][b >> 2], b & 3);
+        m[r][b] = gdn::mul_rn(s[r][b], kNegMagic);
+      } else if ((b & 1) == 0) {
+        const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
+        s[r][b] = v.x;
+        s[r][b + 1] = v.y;
+      }
+    }
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    const uint32_t xw[8] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
+                            xv[j][1].x, xv[j][1].y, xv[j][1].z, xv[j][1].w};
+    const float4* p_a = reinterpret_cast<const float4*>(p_sx[j] + c * 8);
+    const float4 sal = __ldg(p_a), sah = __ldg(p_a + 1);
+    const float sa[8] = {sal.x, sal.y, sal.z, sal.w, sah.x, sah.y, sah.z, sah.w};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      int d[4];
+      mma_s8_16832(d, a[p], xw[2 * p] & ~odd, xw[2 * p + 1] & odd, kConvFree ? kMagic : 0);
+      // d[0], d[1]: row g, blocks 2p, 2p+1 of token 4j + t; d[2], d[3]: row g+8.
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, b = 2 * p + (e & 1);
+        if constexpr (kConvFree) {
+          const float y = gdn::fma_rn(__int_as_float(d[e]), s[r][b], m[r][b]);
+          acc[j][r] = gdn::fma_rn(y, sa[b], acc[j][r]);
+        } else {
+          acc[j][r] = gdn::fma_rn(__int2float_rn(d[e]), gdn::mul_rn(sa[b], s[r][b]), acc[j][r]);
+        }
+      }
+    }
+  }
+}
+
+// Bytes of one warp's shared-memory stage in the staged schedule: the chunk's 1 KB of codes and
+// each lane's own copy of its 16 scale bytes (so a lane only ever reads what it copied).
+constexpr int kTiledStageBytes = 1024 + 512;
+
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp.  kConvFree: the conversion-free arithmetic of fp4_mx_gemm_kernel (for many
-// groups) instead of the direct one of fp4_mx_gemm_int_kernel.  OutT: bf16 or fp16.
+// in flight a warp, in registers.  kConvFree: the conversion-free arithmetic of fp4_mx_gemm_kernel
+// (for many groups) instead of the direct one of fp4_mx_gemm_int_kernel.  kStages: when > 0, the
+// weight streams through a ring of that many shared-memory stages a warp instead (cp.async; the
+// first kStages chunks are requested before the quantizer wait), kUnroll unused; dynamic shared
+// memory kWarps * kStages * kTiledStageBytes.  OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
 // [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
-template <int kWarps, int kGroups, int kUnroll, bool kConvFree, typename OutT>
+template <int kWarps, int kGroups, int kUnroll, bool kConvFree, int kStages, typename OutT>
 __global__ void __launch_bounds__(kWarps * 32)
 fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                       const int8_t* __restrict__ xd, const float* __restrict__ sx,
@@ -486,86 +551,70 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
 
-  // Programmatic dependent launch: see w8a8_gemm.cu.
-  gdn::pdl_wait();
-
   // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
   float acc[kGroups][2];
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
 
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    uint4 b_w[kUnroll][2];
-    uint4 b_s[kUnroll];
-    uint4 b_x[kUnroll][kGroups][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
+  if constexpr (kStages > 0) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t* ring = smem + warp * kStages * kTiledStageBytes + lane * 16;
+    // Stage i holds chunk warp + i * kWarps, if it exists; a group is committed either way.
+    auto request = [&](int i) {
+      const int c = warp + i * kWarps;
+      uint8_t* slot = ring + (i % kStages) * kTiledStageBytes;
       if (c < chunks) {
-        b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
-        b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
-        b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+        gdn::cp_async16(slot, p_w + (long long)c * 1024);
+        gdn::cp_async16(slot + 512, p_w + (long long)c * 1024 + 512);
+        gdn::cp_async16(slot + 1024, p_s + (long long)c * 128);
+      }
+      gdn::cp_async_commit();
+    };
 #pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
-          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+    for (int i = 0; i < kStages; ++i) request(i);
+    // Programmatic dependent launch: see w8a8_gemm.cu.
+    gdn::pdl_wait();
+    for (int i = 0, c = warp; c < chunks; ++i, c += kWarps) {
+      uint4 xv[kGroups][2];
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        xv[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+        xv[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+      }
+      gdn::cp_async_wait<kStages - 1>();
+      const uint8_t* slot = ring + (i % kStages) * kTiledStageBytes;
+      const uint4 w0 = *reinterpret_cast<const uint4*>(slot);
+      const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512);
+      const uint4 sb = *reinterpret_cast<const uint4*>(slot + 1024);
+      tiled_chunk<kGroups, kConvFree>(w0, w1, sb, xv, p_sx, c, odd, acc);
+      // The slot's bytes are in registers and used: refill it (a lane rewrites only its own bytes).
+      request(i + kStages);
+    }
+    gdn::cp_async_wait<0>();
+  } else {
+    gdn::pdl_wait();
+    for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+      uint4 b_w[kUnroll][2];
+      uint4 b_s[kUnroll];
+      uint4 b_x[kUnroll][kGroups][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * kWarps;
+        if (c < chunks) {
+          b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
+          b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+          b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+#pragma unroll
+          for (int j = 0; j < kGroups; ++j) {
+            b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+            b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+          }
         }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
-        const uint32_t words[8] = {b_w[u][0].x, b_w[u][0].y, b_w[u][0].z, b_w[u][0].w,
-                                   b_w[u][1].x, b_w[u][1].y, b_w[u][1].z, b_w[u][1].w};
-        uint32_t a[4][4];
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-          decode_tile_word(words[2 * p], a[p][0], a[p][2]);
-          decode_tile_word(words[2 * p + 1], a[p][1], a[p][3]);
-        }
-        // Weight scales of rows g (s[0]) and g+8 (s[1]) for the chunk's 8 blocks: converted in
-        // the direct form; as T = sw * 2^-120 and -M * T in the conversion-free one.
-        const uint32_t sb[2][2] = {{b_s[u].x, b_s[u].y}, {b_s[u].z, b_s[u].w}};
-        float s[2][8], m[2][8];
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            if constexpr (kConvFree) {
-              s[r][b] = e4m3_bits(sb[r][b >> 2], b & 3);
-              m[r][b] = gdn::mul_rn(s[r][b], kNegMagic);
-            } else if ((b & 1) == 0) {
-              const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
-              s[r][b] = v.x;
-              s[r][b + 1] = v.y;
-            }
-          }
-#pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
-          const uint32_t xw[8] = {b_x[u][j][0].x, b_x[u][j][0].y, b_x[u][j][0].z, b_x[u][j][0].w,
-                                  b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
-          const float4* p_a = reinterpret_cast<const float4*>(p_sx[j] + c * 8);
-          const float4 sal = __ldg(p_a), sah = __ldg(p_a + 1);
-          const float sa[8] = {sal.x, sal.y, sal.z, sal.w, sah.x, sah.y, sah.z, sah.w};
-#pragma unroll
-          for (int p = 0; p < 4; ++p) {
-            int d[4];
-            mma_s8_16832(d, a[p], xw[2 * p] & ~odd, xw[2 * p + 1] & odd, kConvFree ? kMagic : 0);
-            // d[0], d[1]: row g, blocks 2p, 2p+1 of token 4j + t; d[2], d[3]: row g+8.
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int r = e >> 1, b = 2 * p + (e & 1);
-              if constexpr (kConvFree) {
-                const float y = gdn::fma_rn(__int_as_float(d[e]), s[r][b], m[r][b]);
-                acc[j][r] = gdn::fma_rn(y, sa[b], acc[j][r]);
-              } else {
-                acc[j][r] = gdn::fma_rn(__int2float_rn(d[e]), gdn::mul_rn(sa[b], s[r][b]), acc[j][r]);
-              }
-            }
-          }
-        }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * kWarps;
+        if (c < chunks) tiled_chunk<kGroups, kConvFree>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, acc);
       }
     }
   }

@@ -316,7 +316,8 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
             _, want = run(ctx, hw, x[:rows], "bfloat16")
             for schedule in _build.FP4_TILED_SWEEP[groups][1:]:
                 name = _build.fp4_tiled_instance(groups, "bfloat16", schedule)
-                ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel("fp4_mx_gemm_sweep", name, _GEMM_ARGS)
+                kernel = ctx.modules.kernel("fp4_mx_gemm_sweep", name, _GEMM_ARGS, _build.fp4_tiled_smem(schedule))
+                ctx._tiled[(groups, "bfloat16")] = kernel
                 _, got = run(ctx, hw, x[:rows], "bfloat16")
                 assert (got.view(np.uint16) == want.view(np.uint16)).all(), name
                 ctx._tiled[(groups, "bfloat16")] = shipped[(groups, "bfloat16")]
