@@ -22,8 +22,9 @@ from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model 
 
 
 def _key(schedule) -> str:
-    unroll, conv_free, stages = schedule
-    return (f"s{stages}" if stages else f"u{unroll}") + ("_cf" if conv_free else "")
+    unroll, conv_free, stages, persist = schedule
+    return ((f"s{stages}" if stages else f"u{unroll}") + (f"_p{persist}" if persist else "")
+            + ("_cf" if conv_free else ""))
 
 
 def main() -> int:
@@ -74,9 +75,9 @@ def main() -> int:
                 rec["schedules"]["plain"] = timed(plain, rows)
                 for sched in _build.FP4_TILED_SWEEP[groups]:
                     name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
-                    family = "fp4_mx_gemm" if sched == _build.FP4_TILED_SCHEDULE[groups] else "fp4_mx_gemm_sweep"
+                    family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
                     kernel = ctx.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched))
-                    ctx._tiled[(groups, "bfloat16")] = kernel
+                    ctx._tiled[(groups, "bfloat16")] = (kernel, sched)
                     out.fill(0xFFFF)
                     ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     if not bool((out[:rows] == ref_out[:rows]).all()):
@@ -93,7 +94,7 @@ def main() -> int:
             cupy.get_default_memory_pool().free_all_blocks()
     caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
                "then each tile-major schedule: u (chunks in flight a warp, in registers) or s (shared-memory stages a "
-               "warp), cf (conversion-free arithmetic).")
+               "warp), p (a persistent grid of that many CTAs a multiprocessor), cf (conversion-free arithmetic).")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
     return 0

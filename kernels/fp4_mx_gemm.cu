@@ -519,8 +519,10 @@ constexpr int kTiledStageBytes = 1024 + 512;
 // in flight a warp, in registers.  kConvFree: the conversion-free arithmetic of fp4_mx_gemm_kernel
 // (for many groups) instead of the direct one of fp4_mx_gemm_int_kernel.  kStages: when > 0, the
 // weight streams through a ring of that many shared-memory stages a warp instead (cp.async; the
-// first kStages chunks are requested before the quantizer wait), kUnroll unused; dynamic shared
-// memory kWarps * kStages * kTiledStageBytes.  OutT: bf16 or fp16.
+// first kStages chunks are requested before the quantizer wait; kUnroll unused; dynamic shared
+// memory kWarps * kStages * kTiledStageBytes), and a CTA takes the 16-row tiles blockIdx.y,
+// blockIdx.y + gridDim.y, ... in turn, its ring running on across them (a grid smaller than the
+// tile count is persistent).  OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
 // [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
 template <int kWarps, int kGroups, int kUnroll, bool kConvFree, int kStages, typename OutT>
@@ -535,12 +537,9 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * kTokens;
-  const int n0 = blockIdx.y * 16;
   const int chunks = K >> 7;
   const int blocks = K >> 4;
 
-  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
-  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
   // B column g: token g/2 of a group, in the half of K of block parity g%2.
   const uint32_t odd = (g & 1) ? 0xffffffffu : 0u;
   const int8_t* p_x[kGroups];
@@ -550,48 +549,92 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
+  // This thread's code and scale bytes of tile y, chunk c: tile_w(y) + c * 1024 (+ 512), tile_s(y)
+  // + c * 128.
+  auto tile_w = [&](int y) { return w + (long long)y * chunks * 1024 + lane * 16; };
+  auto tile_s = [&](int y) { return sw + (long long)y * chunks * 128 + g * 16; };
 
   // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
   float acc[kGroups][2];
+  __shared__ float red[kWarps][kGroups * 2][32];
+  // Reduce the warps' sums of tile y in warp order and write its outputs; zero acc.
+  auto finish = [&](int y) {
+    __syncthreads();  // the previous tile's outputs have read red
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        red[warp][j * 2 + r][lane] = acc[j][r];
+        acc[j][r] = 0.f;
+      }
+    __syncthreads();
+    const float s2 = gdn::mul_rn(scale2, 0.25f);
+    for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
+      const int jr = e >> 5, l = e & 31;
+      const int n = y * 16 + (l >> 2) + (jr & 1) * 8;
+      const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
+      if (n >= N || tok >= rows) continue;
+      float sum = red[0][jr][l];
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+      if constexpr (kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
+      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+    }
+  };
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
 
   if constexpr (kStages > 0) {
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* ring = smem + warp * kStages * kTiledStageBytes + lane * 16;
-    // Stage i holds chunk warp + i * kWarps, if it exists; a group is committed either way.
-    auto request = [&](int i) {
-      const int c = warp + i * kWarps;
-      uint8_t* slot = ring + (i % kStages) * kTiledStageBytes;
-      if (c < chunks) {
-        gdn::cp_async16(slot, p_w + (long long)c * 1024);
-        gdn::cp_async16(slot + 512, p_w + (long long)c * 1024 + 512);
-        gdn::cp_async16(slot + 1024, p_s + (long long)c * 128);
+    const int tiles = (N + 15) >> 4;
+    // This warp's chunks of a tile (warp, warp + kWarps, ...), and the tiles of this CTA.
+    const int per_tile = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;
+    const int my_tiles = (int)blockIdx.y < tiles ? (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y : 0;
+    // Request item (q, i): tile blockIdx.y + q * gridDim.y, chunk warp + i * kWarps, into stage
+    // (q * per_tile + i) % kStages; one group committed for each, empty past the last item.
+    int rq = 0, ri = 0, rslot = 0;
+    auto request = [&]() {
+      if (rq < my_tiles && per_tile > 0) {
+        const int y = blockIdx.y + rq * gridDim.y, c = warp + ri * kWarps;
+        uint8_t* slot = ring + rslot * kTiledStageBytes;
+        gdn::cp_async16(slot, tile_w(y) + (long long)c * 1024);
+        gdn::cp_async16(slot + 512, tile_w(y) + (long long)c * 1024 + 512);
+        gdn::cp_async16(slot + 1024, tile_s(y) + (long long)c * 128);
+        if (++ri == per_tile) ri = 0, ++rq;
       }
+      rslot = rslot + 1 == kStages ? 0 : rslot + 1;
       gdn::cp_async_commit();
     };
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) request(i);
+    for (int i = 0; i < kStages; ++i) request();
     // Programmatic dependent launch: see w8a8_gemm.cu.
     gdn::pdl_wait();
-    for (int i = 0, c = warp; c < chunks; ++i, c += kWarps) {
-      uint4 xv[kGroups][2];
+    int slot_i = 0;
+    for (int q = 0; q < my_tiles; ++q) {
+      for (int i = 0, c = warp; i < per_tile; ++i, c += kWarps) {
+        uint4 xv[kGroups][2];
 #pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        xv[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-        xv[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+        for (int j = 0; j < kGroups; ++j) {
+          xv[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+          xv[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+        }
+        gdn::cp_async_wait<kStages - 1>();
+        const uint8_t* slot = ring + slot_i * kTiledStageBytes;
+        slot_i = slot_i + 1 == kStages ? 0 : slot_i + 1;
+        const uint4 w0 = *reinterpret_cast<const uint4*>(slot);
+        const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512);
+        const uint4 sb = *reinterpret_cast<const uint4*>(slot + 1024);
+        tiled_chunk<kGroups, kConvFree>(w0, w1, sb, xv, p_sx, c, odd, acc);
+        // The slot's bytes are in registers and used: refill it (a lane rewrites only its own bytes).
+        request();
       }
-      gdn::cp_async_wait<kStages - 1>();
-      const uint8_t* slot = ring + (i % kStages) * kTiledStageBytes;
-      const uint4 w0 = *reinterpret_cast<const uint4*>(slot);
-      const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512);
-      const uint4 sb = *reinterpret_cast<const uint4*>(slot + 1024);
-      tiled_chunk<kGroups, kConvFree>(w0, w1, sb, xv, p_sx, c, odd, acc);
-      // The slot's bytes are in registers and used: refill it (a lane rewrites only its own bytes).
-      request(i + kStages);
+      finish(blockIdx.y + q * gridDim.y);
     }
     gdn::cp_async_wait<0>();
   } else {
+    const uint8_t* p_w = tile_w(blockIdx.y);
+    const uint8_t* p_s = tile_s(blockIdx.y);
     gdn::pdl_wait();
     for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
       uint4 b_w[kUnroll][2];
@@ -617,24 +660,6 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
         if (c < chunks) tiled_chunk<kGroups, kConvFree>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, acc);
       }
     }
-  }
-
-  __shared__ float red[kWarps][kGroups * 2][32];
-#pragma unroll
-  for (int j = 0; j < kGroups; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
-  __syncthreads();
-  const float s2 = gdn::mul_rn(scale2, 0.25f);
-  for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
-    const int jr = e >> 5, l = e & 31;
-    const int n = n0 + (l >> 2) + (jr & 1) * 8;
-    const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
-    if (n >= N || tok >= rows) continue;
-    float sum = red[0][jr][l];
-#pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
-    if constexpr (kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+    finish(blockIdx.y);
   }
 }
