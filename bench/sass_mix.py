@@ -14,14 +14,23 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 _INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 
 
-def sass(cubin: Path, name: str) -> str:
-    r = subprocess.run(["cuobjdump", "-sass", "-fun", name, str(cubin)], capture_output=True, text=True)
+def sass(entry: Path, name: str) -> str:
+    """SASS of kernel ``name`` in a cache entry (CuPy stores a header before the cubin's ELF)."""
+    data = entry.read_bytes()
+    elf = data.find(b"\x7fELF")
+    if elf < 0 or name.encode() not in data:
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(data[elf:])
+        f.flush()
+        r = subprocess.run(["cuobjdump", "-sass", "-fun", name, f.name], capture_output=True, text=True)
     return r.stdout if r.returncode == 0 and "Function" in r.stdout else ""
 
 
@@ -55,7 +64,7 @@ def mix(text: str) -> tuple[int, collections.Counter, collections.Counter]:
 
 def main() -> int:
     cache = Path(os.environ.get("CUPY_CACHE_DIR", Path.home() / ".cupy" / "kernel_cache"))
-    cubins = sorted(cache.rglob("*.cubin"))
+    cubins = sorted(p for p in cache.rglob("*") if p.is_file())
     for name in sys.argv[1:]:
         text = next((t for t in (sass(c, name) for c in cubins) if t), "")
         if not text:

@@ -593,7 +593,8 @@ class DeviceModules:
 
     def kernel(self, family: str, name: str, fmt: str, smem: int = 0) -> Kernel:
         """The kernel ``name`` of ``family``, launched with ``smem`` bytes of dynamic shared
-        memory (allowed beyond the 48 KB default here, once)."""
+        memory (allowed here, once, beyond the 48 KB that dynamic and static memory may take
+        together by default)."""
         key = (family, name)
         k = self._kernels.get(key)
         if k is None:
@@ -602,7 +603,7 @@ class DeviceModules:
             mod = self.module(family)
             with cupy.cuda.Device(self.device_id):
                 fn = mod.get_function(name)
-                if smem > 48 * 1024:
+                if smem:
                     fn.max_dynamic_shared_size_bytes = smem
                 k = Kernel(fn.kernel.ptr, fmt, name, smem)
             self._kernels[key] = k
