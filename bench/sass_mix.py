@@ -1,40 +1,30 @@
-"""Opcode mix of compiled kernels, from the cubins in CuPy's kernel cache (needs cuobjdump).
+"""Opcode mix of kernel instances: compiled with nvcc for sm_90a (the same sources, the same
+ptxas as NVRTC's), disassembled with cuobjdump.
 
-    CUPY_CACHE_DIR=build/cupy_cache python bench/sass_mix.py MANGLED_NAME [...]
+    python bench/sass_mix.py FAMILY 'INSTANCE' [...]
+    python bench/sass_mix.py fp4_mx_gemm 'fp4_tiled_gemm_kernel<8, 1, 2, false, 0, __nv_bfloat16>'
 
-For each kernel (mangled name, as the compile gate's reports give it): the instruction count and
-the most frequent opcodes of its SASS, and the opcodes of its hottest loop (the longest block
-between a label and a backward branch).
+For each instance: its instruction count and most frequent opcodes, and those of its main loop
+(the longest span closed by a backward branch).
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 _INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)")
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 
 
-def sass(entry: Path, name: str) -> str:
-    """SASS of kernel ``name`` in a cache entry (CuPy stores a header before the cubin's ELF)."""
-    data = entry.read_bytes()
-    elf = data.find(b"\x7fELF")
-    if elf < 0 or name.encode() not in data:
-        return ""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(data[elf:])
-        f.flush()
-        r = subprocess.run(["cuobjdump", "-sass", "-fun", name, f.name], capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 and "Function" in r.stdout else ""
-
-
 def mix(text: str) -> tuple[int, collections.Counter, collections.Counter]:
+    """(instructions, opcode counts, opcode counts of the main loop) of one function's SASS."""
     insns, labels, pending = [], {}, []
     for line in text.splitlines():
         lab = _LABEL.match(line)
@@ -49,7 +39,6 @@ def mix(text: str) -> tuple[int, collections.Counter, collections.Counter]:
             pending = []
             insns.append((addr, m.group(2), m.group(3)))
     total = collections.Counter(op.split(".")[0] for _, op, _ in insns)
-    # The longest backward branch spans the main loop's body.
     best = (0, -1)
     for addr, op, rest in insns:
         if not op.startswith("BRA"):
@@ -63,15 +52,21 @@ def mix(text: str) -> tuple[int, collections.Counter, collections.Counter]:
 
 
 def main() -> int:
-    cache = Path(os.environ.get("CUPY_CACHE_DIR", Path.home() / ".cupy" / "kernel_cache"))
-    cubins = sorted(p for p in cache.rglob("*") if p.is_file())
-    for name in sys.argv[1:]:
-        text = next((t for t in (sass(c, name) for c in cubins) if t), "")
-        if not text:
-            print(f"{name}: not found in {len(cubins)} cubins under {cache}")
-            continue
-        n, total, loop = mix(text)
-        print(f"{name}: {n} instructions; loop {sum(loop.values())}")
+    from gdn_kernels import _build
+
+    family, names = sys.argv[1], sys.argv[2:]
+    src = _build.kernel_dir() / _build.FAMILIES[family].source
+    refs = ",\n".join(f"  (const void*)&{n}" for n in names)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, cubin = Path(tmp) / "inst.cu", Path(tmp) / "inst.cubin"
+        cu.write_text(f'#include "{src}"\nconst void* gdn_sass_refs[] = {{\n{refs}\n}};\n')
+        subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-I", str(_build.kernel_dir() / "include"),
+                        "-o", str(cubin), str(cu)], check=True)
+        text = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    funcs = re.split(r"\n\s*Function : ", text)[1:]
+    for f in funcs:
+        n, total, loop = mix(f)
+        print(f"{f.splitlines()[0].strip()}: {n} instructions; main loop {sum(loop.values())}")
         print("  all:  " + " ".join(f"{op} {c}" for op, c in total.most_common(24)))
         print("  loop: " + " ".join(f"{op} {c}" for op, c in loop.most_common(24)))
     return 0
