@@ -356,10 +356,10 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
 # tile). No field changes an output bit. Picked from bench/results/sweep_nvfp4_*.md.
 FP4_ARITH = {"direct": 0, "conv_free": 1, "magic_sum": 2, "magic_all": 3}  # + 4: shifts and masks as IMADs
 FP4_TILED_GROUPS = (1, 2, 4, 8)
-FP4_TILED_SCHEDULE = {1: (1, 0, 0, 0), 2: (2, 1, 0, 0), 4: (1, 1, 0, 0), 8: (1, 1, 0, 0)}
+FP4_TILED_SCHEDULE = {1: (1, 2, 0, 0), 2: (2, 1, 0, 0), 4: (1, 1, 0, 0), 8: (1, 1, 0, 0)}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first.
 FP4_TILED_SWEEP = {
-    1: ((1, 0, 0, 0), (2, 0, 0, 0), (1, 2, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
+    1: ((1, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
         (2, 6, 0, 0), (1, 7, 0, 0), (1, 4, 0, 0), (1, 2, 4, 0), (1, 2, 4, 4)),
     2: ((2, 1, 0, 0), (1, 1, 0, 0), (1, 2, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
         (1, 7, 0, 0), (2, 5, 0, 0)),
