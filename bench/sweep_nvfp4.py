@@ -22,9 +22,9 @@ from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model 
 
 
 def _key(schedule) -> str:
-    unroll, conv_free, stages, persist = schedule
+    unroll, arith, stages, persist = schedule
     return ((f"s{stages}" if stages else f"u{unroll}") + (f"_p{persist}" if persist else "")
-            + ("_cf" if conv_free else ""))
+            + ("", "_cf", "_ms", "_ma")[arith & 3] + ("_im" if arith & 4 else ""))
 
 
 def main() -> int:
@@ -94,7 +94,9 @@ def main() -> int:
             cupy.get_default_memory_pool().free_all_blocks()
     caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
                "then each tile-major schedule: u (chunks in flight a warp, in registers) or s (shared-memory stages a "
-               "warp), p (a persistent grid of that many CTAs a multiprocessor), cf (conversion-free arithmetic).")
+               "warp), p (a persistent grid of that many CTAs a multiprocessor); the arithmetic direct, or cf "
+               "(conversion-free), ms (magic block sums), ma (magic sums, placed scales), im (shifts and masks as "
+               "IMADs): _build.FP4_ARITH.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
     return 0

@@ -350,19 +350,21 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
 
 
 # Tile-major NVFP4 GEMM (fp4_tiled_gemm_kernel): 4-token groups a CTA, and for each group count
-# its schedule (unroll: chunks in flight a warp in registers; conv_free: the conversion-free
-# arithmetic; stages: shared-memory stages a warp instead of registers when > 0; persist: with
+# its schedule (unroll: chunks in flight a warp in registers; arith: the arithmetic's form,
+# FP4_ARITH; stages: shared-memory stages a warp instead of registers when > 0; persist: with
 # stages, a grid of persist CTAs a multiprocessor that each take tiles in turn, 0 for a CTA a
-# tile). Picked from bench/results/sweep_nvfp4_*.md.
+# tile). No field changes an output bit. Picked from bench/results/sweep_nvfp4_*.md.
+FP4_ARITH = {"direct": 0, "conv_free": 1, "magic_sum": 2, "magic_all": 3}  # + 4: shifts and masks as IMADs
 FP4_TILED_GROUPS = (1, 2, 4, 8)
-FP4_TILED_SCHEDULE = {1: (2, False, 0, 0), 2: (2, True, 0, 0), 4: (1, True, 0, 0), 8: (1, True, 0, 0)}
+FP4_TILED_SCHEDULE = {1: (1, 2, 0, 0), 2: (1, 1, 0, 0), 4: (1, 1, 0, 0), 8: (1, 1, 0, 0)}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first.
 FP4_TILED_SWEEP = {
-    1: ((2, False, 0, 0), (4, False, 0, 0), (1, False, 0, 0), (1, False, 4, 0), (1, False, 4, 3),
-        (1, False, 4, 4), (1, False, 8, 0), (1, False, 8, 2)),
-    2: ((2, True, 0, 0), (1, True, 4, 0), (1, True, 4, 2), (1, False, 4, 0), (1, True, 8, 0), (1, True, 8, 2)),
-    4: ((1, True, 0, 0), (2, True, 0, 0), (1, True, 4, 0), (1, True, 4, 1)),
-    8: ((1, True, 0, 0), (1, True, 4, 0), (1, True, 4, 1)),
+    1: ((1, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
+        (2, 6, 0, 0), (1, 7, 0, 0), (1, 4, 0, 0), (1, 2, 4, 0), (1, 2, 4, 4)),
+    2: ((1, 1, 0, 0), (2, 1, 0, 0), (1, 2, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
+        (1, 7, 0, 0), (2, 5, 0, 0)),
+    4: ((1, 1, 0, 0), (1, 2, 0, 0), (1, 3, 0, 0), (1, 5, 0, 0), (1, 6, 0, 0)),
+    8: ((1, 1, 0, 0), (1, 3, 0, 0), (1, 5, 0, 0)),
 }
 # Shared memory of one warp's stage (kTiledStageBytes in kernels/fp4_mx_gemm.cu).
 FP4_TILED_STAGE_BYTES = 1536
@@ -373,12 +375,12 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
-def fp4_tiled_smem(schedule: tuple[int, bool, int, int]) -> int:
+def fp4_tiled_smem(schedule: tuple[int, int, int, int]) -> int:
     """Dynamic shared memory of a tile-major NVFP4 GEMM CTA with this schedule."""
     return FP4_WARPS * schedule[2] * FP4_TILED_STAGE_BYTES
 
 
-def fp4_tiled_grid(schedule: tuple[int, bool, int, int], rows: int, n: int, groups: int, sms: int) -> tuple:
+def fp4_tiled_grid(schedule: tuple[int, int, int, int], rows: int, n: int, groups: int, sms: int) -> tuple:
     """Grid of the tile-major NVFP4 GEMM: token CTAs by 16-row tiles, or by persist CTAs a
     multiprocessor (at most a tile each) for a persistent schedule."""
     token_ctas, tiles = -(-rows // (4 * groups)), -(-n // 16)
@@ -388,10 +390,9 @@ def fp4_tiled_grid(schedule: tuple[int, bool, int, int], rows: int, n: int, grou
     return (token_ctas, tiles, 1)
 
 
-def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, bool, int, int] | None = None) -> str:
-    unroll, conv_free, stages, _ = schedule or FP4_TILED_SCHEDULE[groups]
-    return (f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {'true' if conv_free else 'false'}, "
-            f"{stages}, {OUT_TYPES[out]}>")
+def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int, int] | None = None) -> str:
+    unroll, arith, stages, _ = schedule or FP4_TILED_SCHEDULE[groups]
+    return f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {stages}, {OUT_TYPES[out]}>"
 
 
 def _fp4_gemm_instances() -> tuple[str, ...]:

@@ -434,11 +434,21 @@ namespace {
 constexpr uint32_t kDecP0 = 0x08040200u, kDecP1 = 0x0B050200u;
 constexpr uint32_t kDecQ0 = 0x0C060301u, kDecQ1 = 0xF4F8FCFEu;
 
-// Eight tile-major codes -> the int8 operands of their two halves.
+// x >> 16 as the high word of x * 2^16: an IMAD on the FMA pipe instead of a shift on the ALU.
+__device__ __forceinline__ uint32_t hi16_imad(uint32_t x) {
+  uint32_t r;
+  asm("mul.hi.u32 %0, %1, 65536;" : "=r"(r) : "r"(x));
+  return r;
+}
+
+// Eight tile-major codes -> the int8 operands of their two halves (kImad: the high halves'
+// shifts on the FMA pipe).
+template <bool kImad>
 __device__ __forceinline__ void decode_tile_word(uint32_t w, uint32_t& lo, uint32_t& hi) {
   const uint32_t m = w ^ 0x88888888u;
   lo = gdn::prmt(kDecP0, kDecP1, w) ^ gdn::prmt(kDecQ0, kDecQ1, m);
-  hi = gdn::prmt(kDecP0, kDecP1, w >> 16) ^ gdn::prmt(kDecQ0, kDecQ1, m >> 16);
+  const uint32_t wh = kImad ? hi16_imad(w) : w >> 16, mh = kImad ? hi16_imad(m) : m >> 16;
+  hi = gdn::prmt(kDecP0, kDecP1, wh) ^ gdn::prmt(kDecQ0, kDecQ1, mh);
 }
 
 // D = A * B + C, A [16, 32] s8 row-major, B [32, 8] s8 col-major, int32; C = c in every lane.
@@ -453,38 +463,59 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 
 }  // namespace
 
+// The arithmetic forms of fp4_tiled_gemm_kernel (kArith), all giving the same bits:
+// kDirect: the block sum converted by I2F, the scales by cvt (fp4_mx_gemm_int_kernel's form);
+// kConvFree: fp4_mx_gemm_kernel's form, no conversion instruction, accumulation scaled by 2^-24;
+// kMagicSum: the MMA accumulates onto the bits of 1.5 * 2^23, so one fp32 subtraction gives the
+//   block sum exactly (|isum| < 2^22 keeps it in [2^23, 2^24), where the ulp is 1), scales by cvt;
+// kMagicAll: as kMagicSum, the weight scales placed into fp32 bits (e4m3_bits) and multiplied by
+//   2^120 (exact) instead of converted.
+// Each then accumulates fma(isum, sa * sw, acc) (kConvFree: that times 2^-24, rounding for rounding).
+// kArith + kImad: the same, with the decode's high-half shifts and the B operands' masks done by
+// integer multiplies (FMA pipe) instead of ALU instructions.
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kMagicAll = 3, kImad = 4;
+constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
+constexpr float kSumMagicF = 0x1.8p23f;
+
 // One chunk of one warp: decode the weight words (w0, w1: the thread's two 16-byte pieces), convert
 // its scales (sb), and accumulate every token group's two rows into acc. xv: each group's 32
 // activation bytes; p_sx: each group's activation-scale row (token 4j + t).
-template <int kGroups, bool kConvFree>
+template <int kGroups, int kArithImad>
 __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, const uint4& sb4,
                                             const uint4 (&xv)[kGroups][2], const float* const (&p_sx)[kGroups],
                                             int c, uint32_t odd, float (&acc)[kGroups][2]) {
+  constexpr int kArith = kArithImad & 3;
+  constexpr bool kMul = kArithImad & kImad;
   // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
   const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   uint32_t a[4][4];
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    decode_tile_word(words[2 * p], a[p][0], a[p][2]);
-    decode_tile_word(words[2 * p + 1], a[p][1], a[p][3]);
+    decode_tile_word<kMul>(words[2 * p], a[p][0], a[p][2]);
+    decode_tile_word<kMul>(words[2 * p + 1], a[p][1], a[p][3]);
   }
-  // Weight scales of rows g (s[0]) and g+8 (s[1]) for the chunk's 8 blocks: converted in the
-  // direct form; as T = sw * 2^-120 and -M * T in the conversion-free one.
+  // B masks: even columns keep the low block of a pair, odd ones the high (as 0/1 factors for kMul).
+  const uint32_t keep_lo = kMul ? (odd & 1u) ^ 1u : ~odd, keep_hi = kMul ? odd & 1u : odd;
+  // Weight scales of rows g (s[0]) and g+8 (s[1]) for the chunk's 8 blocks (kConvFree: as
+  // T = sw * 2^-120, and m = -M * T).
   const uint32_t sb[2][2] = {{sb4.x, sb4.y}, {sb4.z, sb4.w}};
   float s[2][8], m[2][8];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
-      if constexpr (kConvFree) {
+      if constexpr (kArith == kConvFree) {
         s[r][b] = e4m3_bits(sb[r][b >> 2], b & 3);
         m[r][b] = gdn::mul_rn(s[r][b], kNegMagic);
+      } else if constexpr (kArith == kMagicAll) {
+        s[r][b] = gdn::mul_rn(e4m3_bits(sb[r][b >> 2], b & 3), 0x1p120f);
       } else if ((b & 1) == 0) {
         const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
         s[r][b] = v.x;
         s[r][b + 1] = v.y;
       }
     }
+  constexpr int kC = kArith == kConvFree ? kMagic : kArith == kDirect ? 0 : kSumMagic;
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) {
     const uint32_t xw[8] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
@@ -495,16 +526,20 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       int d[4];
-      mma_s8_16832(d, a[p], xw[2 * p] & ~odd, xw[2 * p + 1] & odd, kConvFree ? kMagic : 0);
+      const uint32_t b0 = kMul ? xw[2 * p] * keep_lo : xw[2 * p] & keep_lo;
+      const uint32_t b1 = kMul ? xw[2 * p + 1] * keep_hi : xw[2 * p + 1] & keep_hi;
+      mma_s8_16832(d, a[p], b0, b1, kC);
       // d[0], d[1]: row g, blocks 2p, 2p+1 of token 4j + t; d[2], d[3]: row g+8.
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, b = 2 * p + (e & 1);
-        if constexpr (kConvFree) {
+        if constexpr (kArith == kConvFree) {
           const float y = gdn::fma_rn(__int_as_float(d[e]), s[r][b], m[r][b]);
           acc[j][r] = gdn::fma_rn(y, sa[b], acc[j][r]);
         } else {
-          acc[j][r] = gdn::fma_rn(__int2float_rn(d[e]), gdn::mul_rn(sa[b], s[r][b]), acc[j][r]);
+          const float isum = kArith == kDirect ? __int2float_rn(d[e])
+                                               : gdn::add_rn(__int_as_float(d[e]), -kSumMagicF);
+          acc[j][r] = gdn::fma_rn(isum, gdn::mul_rn(sa[b], s[r][b]), acc[j][r]);
         }
       }
     }
@@ -516,8 +551,8 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
 constexpr int kTiledStageBytes = 1024 + 512;
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp, in registers.  kConvFree: the conversion-free arithmetic of fp4_mx_gemm_kernel
-// (for many groups) instead of the direct one of fp4_mx_gemm_int_kernel.  kStages: when > 0, the
+// in flight a warp, in registers.  kArith: the arithmetic's form (kDirect ... kMagicAll above, plus
+// kImad; the same bits).  kStages: when > 0, the
 // weight streams through a ring of that many shared-memory stages a warp instead (cp.async; the
 // first kStages chunks are requested before the quantizer wait; kUnroll unused; dynamic shared
 // memory kWarps * kStages * kTiledStageBytes), and a CTA takes the 16-row tiles blockIdx.y,
@@ -525,7 +560,7 @@ constexpr int kTiledStageBytes = 1024 + 512;
 // tile count is persistent).  OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
 // [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
-template <int kWarps, int kGroups, int kUnroll, bool kConvFree, int kStages, typename OutT>
+template <int kWarps, int kGroups, int kUnroll, int kArith, int kStages, typename OutT>
 __global__ void __launch_bounds__(kWarps * 32)
 fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                       const int8_t* __restrict__ xd, const float* __restrict__ sx,
@@ -577,7 +612,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       float sum = red[0][jr][l];
 #pragma unroll
       for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
-      if constexpr (kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
+      if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
     }
   };
@@ -625,7 +660,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
         const uint4 w0 = *reinterpret_cast<const uint4*>(slot);
         const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512);
         const uint4 sb = *reinterpret_cast<const uint4*>(slot + 1024);
-        tiled_chunk<kGroups, kConvFree>(w0, w1, sb, xv, p_sx, c, odd, acc);
+        tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, acc);
         // The slot's bytes are in registers and used: refill it (a lane rewrites only its own bytes).
         request();
       }
@@ -657,7 +692,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * kWarps;
-        if (c < chunks) tiled_chunk<kGroups, kConvFree>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, acc);
+        if (c < chunks) tiled_chunk<kGroups, kArith>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, acc);
       }
     }
     finish(blockIdx.y);
