@@ -179,10 +179,8 @@ def nvfp4_tile_major(w):
     import cupy
 
     n, k = w.n, w.k
-    mem = cupy.cuda.UnownedMemory(w.packed, n * k // 2, w)
-    packed = cupy.ndarray((n, k // 2), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
-    mem = cupy.cuda.UnownedMemory(w.scale, n * k // 16, w)
-    scale = cupy.ndarray((n, k // 16), cupy.uint8, cupy.cuda.MemoryPointer(mem, 0))
+    packed = cupy_view(_ptr.DevArray(w.packed, (n, k // 2), (k // 2, 1), "uint8", w))
+    scale = cupy_view(_ptr.DevArray(w.scale, (n, k // 16), (k // 16, 1), "uint8", w))
     return nvfp4_tile_major_order(packed, scale, cupy)
 
 
