@@ -3,7 +3,8 @@
 #   OUT=/tmp/out bash bench/gpu_run.sh [tests|sanitize|main|bench|bench_nvfp4 ...]   (default: all)
 # Files (few: the device tool brings back at most eight): summary.txt (device, commit, each step's
 # exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
-# (benchmark JSON and markdown). GDN_TESTS selects tests; BENCH_ARGS is passed to both benchmarks,
+# (benchmark JSON and markdown). GDN_TESTS selects tests; SANITIZE_FAMILIES the sanitizer's
+# workloads (w8a8 nvfp4); BENCH_ARGS is passed to both benchmarks,
 # SWEEP_ARGS to the schedule sweeps (steps sweep and sweep_nvfp4, not in the default list).
 set -u
 OUT=${OUT:-/tmp/gdn_out}
@@ -30,7 +31,7 @@ for step in $steps; do
   case $step in
     tests) run tests tests timeout 300 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider ${GDN_TESTS:-tests/} ;;
     sanitize)
-      for fam in w8a8 nvfp4; do
+      for fam in ${SANITIZE_FAMILIES:-w8a8 nvfp4}; do
         for tool in memcheck racecheck; do
           run sanitize "${tool}_$fam" timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/sanitize_$fam.py
         done
@@ -56,7 +57,7 @@ for step in $steps; do
     profile_pipes)
       # Which pipes a GEMM keeps busy: the issue-slot and per-pipe utilization of one call.
       GDN_KERNELS_NVTX=1 run profile ncu_pipes timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\..*proj.*/" \
-        --kernel-name "regex:${PROFILE_KERNEL:-gemm}" --section ComputeWorkloadAnalysis --section InstructionStats \
+        --clock-control none --kernel-name "regex:${PROFILE_KERNEL:-gemm}" --section ComputeWorkloadAnalysis --section InstructionStats \
         --section SchedulerStats --section WarpStateStats --metrics \
         sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fmaheavy.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
         python3 bench/profile_one.py ${PROFILE_ARGS:---n 16384 --k 5120 --rows 1 --formats nvfp4_tiles} ;;

@@ -1,5 +1,5 @@
 """Schedule sweep of the tile-major NVFP4 GEMM: every schedule of ``_build.FP4_TILED_SWEEP``
-(chunks in flight a warp; direct or conversion-free arithmetic) timed inside the whole projection
+(chunks in flight a warp, arithmetic form, register bound) timed inside the whole projection
 (quantizer + GEMM with PDL, graph replay, weights rotated beyond the L2), beside the plain-layout
 kernels on the same weights.
 
@@ -19,12 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model shapes)
+from gdn_kernels import _build  # noqa: E402
 
 
 def _key(schedule) -> str:
-    unroll, arith, stages, persist = schedule
-    return ((f"s{stages}" if stages else f"u{unroll}") + (f"_p{persist}" if persist else "")
-            + ("", "_cf", "_ms", "_ma")[arith & 3] + ("_im" if arith & 4 else ""))
+    unroll, arith, min_blocks = schedule
+    return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
+            + ("_pin" if arith & _build.FP4_ARITH_PIN else ""))
 
 
 def main() -> int:
@@ -37,7 +38,7 @@ def main() -> int:
 
     import cupy
 
-    from gdn_kernels import Nvfp4Ctx, _build, bench
+    from gdn_kernels import Nvfp4Ctx, bench
     from gdn_kernels.nvfp4 import _GEMM_ARGS
 
     rows_list = [int(r) for r in args.rows.split(",")]
@@ -76,8 +77,7 @@ def main() -> int:
                 for sched in _build.FP4_TILED_SWEEP[groups]:
                     name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
                     family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-                    kernel = ctx.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched))
-                    ctx._tiled[(groups, "bfloat16")] = (kernel, sched)
+                    ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
                     out.fill(0xFFFF)
                     ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     if not bool((out[:rows] == ref_out[:rows]).all()):
@@ -93,10 +93,9 @@ def main() -> int:
             del plain, tiled
             cupy.get_default_memory_pool().free_all_blocks()
     caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
-               "then each tile-major schedule: u (chunks in flight a warp, in registers) or s (shared-memory stages a "
-               "warp), p (a persistent grid of that many CTAs a multiprocessor); the arithmetic direct, or cf "
-               "(conversion-free), ms (magic block sums), ma (magic sums, placed scales), im (shifts and masks as "
-               "IMADs): _build.FP4_ARITH.")
+               "then each tile-major schedule: u (chunks in flight a warp), b (CTAs a multiprocessor the registers "
+               "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
+               "masks as IMADs), pin (decode tables held in registers): _build.FP4_ARITH.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
     return 0

@@ -350,24 +350,22 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
 
 
 # Tile-major NVFP4 GEMM (fp4_tiled_gemm_kernel): 4-token groups a CTA, and for each group count
-# its schedule (unroll: chunks in flight a warp in registers; arith: the arithmetic's form,
-# FP4_ARITH; stages: shared-memory stages a warp instead of registers when > 0; persist: with
-# stages, a grid of persist CTAs a multiprocessor that each take tiles in turn, 0 for a CTA a
-# tile). No field changes an output bit. Picked from bench/results/sweep_nvfp4_*.md.
-FP4_ARITH = {"direct": 0, "conv_free": 1, "magic_sum": 2, "magic_all": 3}  # + 4: shifts and masks as IMADs
+# its schedule (unroll: chunks in flight a warp; arith: the arithmetic's form, FP4_ARITH plus its
+# flags; min_blocks: CTAs a multiprocessor the registers must allow, the launch bounds' second
+# argument, 0 for ptxas's own choice). No field changes an output bit. Picked from bench/results/sweep_nvfp4_*.md.
+FP4_ARITH = {"direct": 0, "conv_free": 1, "magic_sum": 2}
+FP4_ARITH_IMAD = 4  # the decode's shifts and the B masks as integer multiplies (FMA pipe)
+FP4_ARITH_PIN = 8  # the decode tables held in registers instead of copied before every prmt
 FP4_TILED_GROUPS = (1, 2, 4, 8)
-FP4_TILED_SCHEDULE = {1: (1, 2, 0, 0), 2: (1, 1, 0, 0), 4: (1, 1, 0, 0), 8: (1, 1, 0, 0)}
-# Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first.
+FP4_TILED_SCHEDULE = {1: (1, 10, 5), 2: (1, 9, 3), 4: (1, 9, 0), 8: (1, 9, 0)}
+# Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
+# min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
-    1: ((1, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
-        (2, 6, 0, 0), (1, 7, 0, 0), (1, 4, 0, 0), (1, 2, 4, 0), (1, 2, 4, 4)),
-    2: ((1, 1, 0, 0), (2, 1, 0, 0), (1, 2, 0, 0), (2, 2, 0, 0), (1, 3, 0, 0), (2, 3, 0, 0), (1, 6, 0, 0),
-        (1, 7, 0, 0), (2, 5, 0, 0)),
-    4: ((1, 1, 0, 0), (1, 2, 0, 0), (1, 3, 0, 0), (1, 5, 0, 0), (1, 6, 0, 0)),
-    8: ((1, 1, 0, 0), (1, 3, 0, 0), (1, 5, 0, 0)),
+    1: ((1, 10, 5), (1, 2, 0), (1, 10, 4), (1, 14, 5), (1, 8, 5), (1, 9, 4), (2, 10, 3)),
+    2: ((1, 9, 3), (1, 1, 0), (1, 9, 2), (1, 10, 3), (1, 13, 3), (1, 14, 3), (2, 9, 2)),
+    4: ((1, 9, 0), (1, 1, 0), (1, 10, 2), (1, 14, 2), (1, 10, 0)),
+    8: ((1, 9, 0), (1, 1, 0), (1, 10, 0)),
 }
-# Shared memory of one warp's stage (kTiledStageBytes in kernels/fp4_mx_gemm.cu).
-FP4_TILED_STAGE_BYTES = 1536
 
 
 def fp4_groups(rows: int) -> int:
@@ -375,24 +373,9 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
-def fp4_tiled_smem(schedule: tuple[int, int, int, int]) -> int:
-    """Dynamic shared memory of a tile-major NVFP4 GEMM CTA with this schedule."""
-    return FP4_WARPS * schedule[2] * FP4_TILED_STAGE_BYTES
-
-
-def fp4_tiled_grid(schedule: tuple[int, int, int, int], rows: int, n: int, groups: int, sms: int) -> tuple:
-    """Grid of the tile-major NVFP4 GEMM: token CTAs by 16-row tiles, or by persist CTAs a
-    multiprocessor (at most a tile each) for a persistent schedule."""
-    token_ctas, tiles = -(-rows // (4 * groups)), -(-n // 16)
-    persist = schedule[3]
-    if persist:
-        tiles = min(tiles, max(1, persist * sms // token_ctas))
-    return (token_ctas, tiles, 1)
-
-
-def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int, int] | None = None) -> str:
-    unroll, arith, stages, _ = schedule or FP4_TILED_SCHEDULE[groups]
-    return f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {stages}, {OUT_TYPES[out]}>"
+def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:
+    unroll, arith, min_blocks = schedule or FP4_TILED_SCHEDULE[groups]
+    return f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {min_blocks}, {OUT_TYPES[out]}>"
 
 
 def _fp4_gemm_instances() -> tuple[str, ...]:

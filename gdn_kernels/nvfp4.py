@@ -238,12 +238,10 @@ class Nvfp4Ctx:
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
-        with cupy.cuda.Device(self.device_id):
-            self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-        # (kernel, schedule) of the tile-major GEMM by token groups and output dtype.
-        self._tiled = {(groups, out): (self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
-                                                           _GEMM_ARGS, _build.fp4_tiled_smem(sched)), sched)
-                       for groups, sched in _build.FP4_TILED_SCHEDULE.items() for out in ACT_DTYPES}
+        # The tile-major GEMM by token groups and output dtype.
+        self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
+                                                          _GEMM_ARGS)
+                       for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
         self._quant = {d: self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d), _QUANT_ARGS)
                        for d in ACT_DTYPES}
 
@@ -280,8 +278,7 @@ class Nvfp4Ctx:
             self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
             if w.layout == "tiles16":
                 groups = _build.fp4_groups(r)
-                kernel, sched = self._tiled[(groups, dtype)]
-                grid = _build.fp4_tiled_grid(sched, r, w.n, groups, self.sms)
+                kernel, grid = self._tiled[(groups, dtype)], (-(-r // (4 * groups)), -(-w.n // 16), 1)
             else:
                 tiles = _build.gemm_tiles(r)
                 kernel, grid = self._gemm[(tiles, dtype)], (-(-r // (8 * tiles)), -(-w.n // 16), 1)

@@ -441,14 +441,27 @@ __device__ __forceinline__ uint32_t hi16_imad(uint32_t x) {
   return r;
 }
 
+// The tables' register words: constants, which ptxas copies into a fresh register before every
+// prmt (about 30 IMADs a chunk), or pinned (kPin; gdn::pinned), two registers for the kernel.
+struct TileTables {
+  uint32_t p0, q0;
+};
+template <bool kPin>
+__device__ __forceinline__ TileTables tile_tables(int lane) {
+  if constexpr (kPin)
+    return {gdn::pinned(kDecP0, lane), gdn::pinned(kDecQ0, lane)};
+  else
+    return {kDecP0, kDecQ0};
+}
+
 // Eight tile-major codes -> the int8 operands of their two halves (kImad: the high halves'
 // shifts on the FMA pipe).
 template <bool kImad>
-__device__ __forceinline__ void decode_tile_word(uint32_t w, uint32_t& lo, uint32_t& hi) {
+__device__ __forceinline__ void decode_tile_word(uint32_t w, const TileTables& tab, uint32_t& lo, uint32_t& hi) {
   const uint32_t m = w ^ 0x88888888u;
-  lo = gdn::prmt(kDecP0, kDecP1, w) ^ gdn::prmt(kDecQ0, kDecQ1, m);
+  lo = gdn::prmt(tab.p0, kDecP1, w) ^ gdn::prmt(tab.q0, kDecQ1, m);
   const uint32_t wh = kImad ? hi16_imad(w) : w >> 16, mh = kImad ? hi16_imad(m) : m >> 16;
-  hi = gdn::prmt(kDecP0, kDecP1, wh) ^ gdn::prmt(kDecQ0, kDecQ1, mh);
+  hi = gdn::prmt(tab.p0, kDecP1, wh) ^ gdn::prmt(tab.q0, kDecQ1, mh);
 }
 
 // D = A * B + C, A [16, 32] s8 row-major, B [32, 8] s8 col-major, int32; C = c in every lane.
@@ -467,13 +480,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // kDirect: the block sum converted by I2F, the scales by cvt (fp4_mx_gemm_int_kernel's form);
 // kConvFree: fp4_mx_gemm_kernel's form, no conversion instruction, accumulation scaled by 2^-24;
 // kMagicSum: the MMA accumulates onto the bits of 1.5 * 2^23, so one fp32 subtraction gives the
-//   block sum exactly (|isum| < 2^22 keeps it in [2^23, 2^24), where the ulp is 1), scales by cvt;
-// kMagicAll: as kMagicSum, the weight scales placed into fp32 bits (e4m3_bits) and multiplied by
-//   2^120 (exact) instead of converted.
+//   block sum exactly (|isum| < 2^22 keeps it in [2^23, 2^24), where the ulp is 1), scales by cvt.
 // Each then accumulates fma(isum, sa * sw, acc) (kConvFree: that times 2^-24, rounding for rounding).
 // kArith + kImad: the same, with the decode's high-half shifts and the B operands' masks done by
-// integer multiplies (FMA pipe) instead of ALU instructions.
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kMagicAll = 3, kImad = 4;
+// integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
+// in registers (tile_tables).
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -483,7 +495,8 @@ constexpr float kSumMagicF = 0x1.8p23f;
 template <int kGroups, int kArithImad>
 __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, const uint4& sb4,
                                             const uint4 (&xv)[kGroups][2], const float* const (&p_sx)[kGroups],
-                                            int c, uint32_t odd, float (&acc)[kGroups][2]) {
+                                            int c, uint32_t odd, const TileTables& tab,
+                                            float (&acc)[kGroups][2]) {
   constexpr int kArith = kArithImad & 3;
   constexpr bool kMul = kArithImad & kImad;
   // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
@@ -491,8 +504,8 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
   uint32_t a[4][4];
 #pragma unroll
   for (int p = 0; p < 4; ++p) {
-    decode_tile_word<kMul>(words[2 * p], a[p][0], a[p][2]);
-    decode_tile_word<kMul>(words[2 * p + 1], a[p][1], a[p][3]);
+    decode_tile_word<kMul>(words[2 * p], tab, a[p][0], a[p][2]);
+    decode_tile_word<kMul>(words[2 * p + 1], tab, a[p][1], a[p][3]);
   }
   // B masks: even columns keep the low block of a pair, odd ones the high (as 0/1 factors for kMul).
   const uint32_t keep_lo = kMul ? (odd & 1u) ^ 1u : ~odd, keep_hi = kMul ? odd & 1u : odd;
@@ -507,8 +520,6 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
       if constexpr (kArith == kConvFree) {
         s[r][b] = e4m3_bits(sb[r][b >> 2], b & 3);
         m[r][b] = gdn::mul_rn(s[r][b], kNegMagic);
-      } else if constexpr (kArith == kMagicAll) {
-        s[r][b] = gdn::mul_rn(e4m3_bits(sb[r][b >> 2], b & 3), 0x1p120f);
       } else if ((b & 1) == 0) {
         const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
         s[r][b] = v.x;
@@ -546,22 +557,15 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
   }
 }
 
-// Bytes of one warp's shared-memory stage in the staged schedule: the chunk's 1 KB of codes and
-// each lane's own copy of its 16 scale bytes (so a lane only ever reads what it copied).
-constexpr int kTiledStageBytes = 1024 + 512;
-
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp, in registers.  kArith: the arithmetic's form (kDirect ... kMagicAll above, plus
-// kImad; the same bits).  kStages: when > 0, the
-// weight streams through a ring of that many shared-memory stages a warp instead (cp.async; the
-// first kStages chunks are requested before the quantizer wait; kUnroll unused; dynamic shared
-// memory kWarps * kStages * kTiledStageBytes), and a CTA takes the 16-row tiles blockIdx.y,
-// blockIdx.y + gridDim.y, ... in turn, its ring running on across them (a grid smaller than the
-// tile count is persistent).  OutT: bf16 or fp16.
+// in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad
+// and kPinTables; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// (launch bounds; 0 leaves the register count to ptxas).
+// OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
 // [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
-template <int kWarps, int kGroups, int kUnroll, int kArith, int kStages, typename OutT>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int kWarps, int kGroups, int kUnroll, int kArith, int kMinBlocks, typename OutT>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                       const int8_t* __restrict__ xd, const float* __restrict__ sx,
                       const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
@@ -572,11 +576,13 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * kTokens;
+  const int n0 = blockIdx.y * 16;
   const int chunks = K >> 7;
   const int blocks = K >> 4;
 
   // B column g: token g/2 of a group, in the half of K of block parity g%2.
   const uint32_t odd = (g & 1) ? 0xffffffffu : 0u;
+  const TileTables tab = tile_tables<(kArith & kPinTables) != 0>(lane);
   const int8_t* p_x[kGroups];
   const float* p_sx[kGroups];
 #pragma unroll
@@ -584,117 +590,59 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
-  // This thread's code and scale bytes of tile y, chunk c: tile_w(y) + c * 1024 (+ 512), tile_s(y)
-  // + c * 128.
-  auto tile_w = [&](int y) { return w + (long long)y * chunks * 1024 + lane * 16; };
-  auto tile_s = [&](int y) { return sw + (long long)y * chunks * 128 + g * 16; };
+  // This thread's code and scale bytes of chunk c: p_w + c * 1024 (+ 512), p_s + c * 128.
+  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
+  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
 
   // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
   float acc[kGroups][2];
-  __shared__ float red[kWarps][kGroups * 2][32];
-  // Reduce the warps' sums of tile y in warp order and write its outputs; zero acc.
-  auto finish = [&](int y) {
-    __syncthreads();  // the previous tile's outputs have read red
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        red[warp][j * 2 + r][lane] = acc[j][r];
-        acc[j][r] = 0.f;
-      }
-    __syncthreads();
-    const float s2 = gdn::mul_rn(scale2, 0.25f);
-    for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
-      const int jr = e >> 5, l = e & 31;
-      const int n = y * 16 + (l >> 2) + (jr & 1) * 8;
-      const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
-      if (n >= N || tok >= rows) continue;
-      float sum = red[0][jr][l];
-#pragma unroll
-      for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
-      if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
-      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-    }
-  };
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
 
-  if constexpr (kStages > 0) {
-    extern __shared__ __align__(16) uint8_t smem[];
-    uint8_t* ring = smem + warp * kStages * kTiledStageBytes + lane * 16;
-    const int tiles = (N + 15) >> 4;
-    // This warp's chunks of a tile (warp, warp + kWarps, ...), and the tiles of this CTA.
-    const int per_tile = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;
-    const int my_tiles = (int)blockIdx.y < tiles ? (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y : 0;
-    // Request item (q, i): tile blockIdx.y + q * gridDim.y, chunk warp + i * kWarps, into stage
-    // (q * per_tile + i) % kStages; one group committed for each, empty past the last item.
-    int rq = 0, ri = 0, rslot = 0;
-    auto request = [&]() {
-      if (rq < my_tiles && per_tile > 0) {
-        const int y = blockIdx.y + rq * gridDim.y, c = warp + ri * kWarps;
-        uint8_t* slot = ring + rslot * kTiledStageBytes;
-        gdn::cp_async16(slot, tile_w(y) + (long long)c * 1024);
-        gdn::cp_async16(slot + 512, tile_w(y) + (long long)c * 1024 + 512);
-        gdn::cp_async16(slot + 1024, tile_s(y) + (long long)c * 128);
-        if (++ri == per_tile) ri = 0, ++rq;
-      }
-      rslot = rslot + 1 == kStages ? 0 : rslot + 1;
-      gdn::cp_async_commit();
-    };
+  // Programmatic dependent launch: see w8a8_gemm.cu.
+  gdn::pdl_wait();
+  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
+    uint4 b_w[kUnroll][2];
+    uint4 b_s[kUnroll];
+    uint4 b_x[kUnroll][kGroups][2];
 #pragma unroll
-    for (int i = 0; i < kStages; ++i) request();
-    // Programmatic dependent launch: see w8a8_gemm.cu.
-    gdn::pdl_wait();
-    int slot_i = 0;
-    for (int q = 0; q < my_tiles; ++q) {
-      for (int i = 0, c = warp; i < per_tile; ++i, c += kWarps) {
-        uint4 xv[kGroups][2];
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
+        b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
+        b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+        b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
 #pragma unroll
         for (int j = 0; j < kGroups; ++j) {
-          xv[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          xv[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
-        }
-        gdn::cp_async_wait<kStages - 1>();
-        const uint8_t* slot = ring + slot_i * kTiledStageBytes;
-        slot_i = slot_i + 1 == kStages ? 0 : slot_i + 1;
-        const uint4 w0 = *reinterpret_cast<const uint4*>(slot);
-        const uint4 w1 = *reinterpret_cast<const uint4*>(slot + 512);
-        const uint4 sb = *reinterpret_cast<const uint4*>(slot + 1024);
-        tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, acc);
-        // The slot's bytes are in registers and used: refill it (a lane rewrites only its own bytes).
-        request();
-      }
-      finish(blockIdx.y + q * gridDim.y);
-    }
-    gdn::cp_async_wait<0>();
-  } else {
-    const uint8_t* p_w = tile_w(blockIdx.y);
-    const uint8_t* p_s = tile_s(blockIdx.y);
-    gdn::pdl_wait();
-    for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-      uint4 b_w[kUnroll][2];
-      uint4 b_s[kUnroll];
-      uint4 b_x[kUnroll][kGroups][2];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * kWarps;
-        if (c < chunks) {
-          b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
-          b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
-          b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
-#pragma unroll
-          for (int j = 0; j < kGroups; ++j) {
-            b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-            b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
-          }
+          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
         }
       }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * kWarps;
-        if (c < chunks) tiled_chunk<kGroups, kArith>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, acc);
-      }
     }
-    finish(blockIdx.y);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) tiled_chunk<kGroups, kArith>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, tab, acc);
+    }
+  }
+
+  // Reduce the warps' sums in warp order and write the outputs.
+  __shared__ float red[kWarps][kGroups * 2][32];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
+  __syncthreads();
+  const float s2 = gdn::mul_rn(scale2, 0.25f);
+  for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
+    const int jr = e >> 5, l = e & 31;
+    const int n = n0 + (l >> 2) + (jr & 1) * 8;
+    const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
+    if (n >= N || tok >= rows) continue;
+    float sum = red[0][jr][l];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
   }
 }

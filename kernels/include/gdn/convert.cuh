@@ -60,6 +60,14 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return r;
 }
 
+// The constant k in a register that ptxas keeps for the whole kernel (lane: the caller's lane
+// index; every lane gets lane 0's value, k). A prmt table word that is a plain constant is
+// copied into a fresh register before every prmt that uses it, an IMAD each time; a value read
+// from another lane is not recomputed that way.
+__device__ __forceinline__ uint32_t pinned(uint32_t k, int lane) {
+  return __shfl_sync(0xffffffffu, k + lane, 0);
+}
+
 // Four e2m1 codes (bits 4i..4i+3 of u, u < 2^16) -> four int8 holding twice their value
 // (0, +-1, +-2, +-3, +-4, +-6, +-8, +-12), code i in byte i. Twice the value is an integer, so
 // the int8 tensor cores can multiply e2m1 operands exactly.
