@@ -484,8 +484,9 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // Each then accumulates fma(isum, sa * sw, acc) (kConvFree: that times 2^-24, rounding for rounding).
 // kArith + kImad: the same, with the decode's high-half shifts and the B operands' masks done by
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
-// in registers (tile_tables).
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8;
+// in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
+// ones are computed (fp4_tiled_gemm_kernel's main loop).
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -558,8 +559,8 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
 }
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad
-// and kPinTables; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad,
+// kPinTables and kPrefetch; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
 // (launch bounds; 0 leaves the register count to ptxas).
 // OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
@@ -599,30 +600,56 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
 
-  // Programmatic dependent launch: see w8a8_gemm.cu.
-  gdn::pdl_wait();
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    uint4 b_w[kUnroll][2];
-    uint4 b_s[kUnroll];
-    uint4 b_x[kUnroll][kGroups][2];
+  // A round: this warp's kUnroll chunks c0, c0 + kWarps, ..., in registers.
+  struct Round {
+    uint4 w[kUnroll][2];
+    uint4 s[kUnroll];
+    uint4 x[kUnroll][kGroups][2];
+  };
+  auto load = [&](Round& r, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
-        b_w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
-        b_w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
-        b_s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+        r.w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
+        r.w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+        r.s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
 #pragma unroll
         for (int j = 0; j < kGroups; ++j) {
-          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+          r.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+          r.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
         }
       }
     }
+  };
+  auto compute = [&](const Round& r, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
-      if (c < chunks) tiled_chunk<kGroups, kArith>(b_w[u][0], b_w[u][1], b_s[u], b_x[u], p_sx, c, odd, tab, acc);
+      if (c < chunks) tiled_chunk<kGroups, kArith>(r.w[u][0], r.w[u][1], r.s[u], r.x[u], p_sx, c, odd, tab, acc);
+    }
+  };
+  constexpr int kStep = kWarps * kUnroll;
+
+  // Programmatic dependent launch: see w8a8_gemm.cu.
+  gdn::pdl_wait();
+  if constexpr ((kArith & kPrefetch) != 0) {
+    // The next round's loads are issued before the current round is computed (two rounds of
+    // registers, alternating, so that no copy is needed).
+    Round r0, r1;
+    load(r0, warp);
+    for (int c0 = warp; c0 < chunks; c0 += 2 * kStep) {
+      load(r1, c0 + kStep);
+      compute(r0, c0);
+      if (c0 + kStep >= chunks) break;
+      load(r0, c0 + 2 * kStep);
+      compute(r1, c0 + kStep);
+    }
+  } else {
+    for (int c0 = warp; c0 < chunks; c0 += kStep) {
+      Round r;
+      load(r, c0);
+      compute(r, c0);
     }
   }
 
