@@ -57,7 +57,7 @@ for step in $steps; do
     profile_pipes)
       # Which pipes a GEMM keeps busy: the issue-slot and per-pipe utilization of one call.
       GDN_KERNELS_NVTX=1 run profile ncu_pipes timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\..*proj.*/" \
-        --clock-control none --kernel-name "regex:${PROFILE_KERNEL:-gemm}" --section ComputeWorkloadAnalysis --section InstructionStats \
+        --clock-control none --kernel-name "regex:${PROFILE_KERNEL:-gemm}" --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats \
         --section SchedulerStats --section WarpStateStats --metrics \
         sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fmaheavy.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
         python3 bench/profile_one.py ${PROFILE_ARGS:---n 16384 --k 5120 --rows 1 --formats nvfp4_tiles} ;;

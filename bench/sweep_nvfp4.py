@@ -1,7 +1,7 @@
 """Schedule sweep of the tile-major NVFP4 GEMM: every schedule of ``_build.FP4_TILED_SWEEP``
 (chunks in flight a warp, arithmetic form, register bound) timed inside the whole projection
 (quantizer + GEMM with PDL, graph replay, weights rotated beyond the L2), beside the plain-layout
-kernels on the same weights.
+kernels on the same weights and the shipped schedule's GEMM alone (the quantizer not rerun).
 
 A schedule whose output differs by one bit from the plain layout's is reported as such and not
 timed. Writes ``name``.json and ``name``.md under --out; progress on stderr.
@@ -74,6 +74,15 @@ def main() -> int:
                 ctx._tiled.update(shipped)
                 ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                 rec["schedules"]["plain"] = timed(plain, rows)
+                # The shipped tile-major GEMM alone, on the activations quantized just now.
+                ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+                kernel = ctx._tiled[(groups, "bfloat16")]
+                grid = (-(-rows // (4 * groups)), -(-n // 16), 1)
+                ws = ctx._ws
+                rec["gemm_alone"] = bench.time_graph(
+                    [(lambda w=w: kernel.launch(grid, 32 * _build.FP4_WARPS, stream.ptr, w.packed, w.scale, w.scale2,
+                                                ws[3], ws[4], ws[2], out.data.ptr, n, n, k, rows)) for w in tiled],
+                    stream, args.replays)
                 for sched in _build.FP4_TILED_SWEEP[groups]:
                     name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
                     family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
@@ -89,6 +98,7 @@ def main() -> int:
                 rec["best"] = min(times, key=times.get) if times else None
                 records.append(rec)
                 print(f"[{time.time() - t0:6.0f}s] nvfp4 [{n}, {k}] rows {rows}: floor {floor:.2f} "
+                      + f"gemm_alone {rec['gemm_alone']:.2f} "
                       + " ".join(f"{kk} {v:.2f}" for kk, v in times.items()), file=sys.stderr, flush=True)
             del plain, tiled
             cupy.get_default_memory_pool().free_all_blocks()
@@ -98,7 +108,8 @@ def main() -> int:
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
                "computed): _build.FP4_ARITH.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
-                {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped"})
+                {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",
+                 "shipped GEMM alone": "gemm_alone"})
     return 0
 
 
