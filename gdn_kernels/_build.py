@@ -338,7 +338,10 @@ def _quant_instances() -> tuple[str, ...]:
 
 
 FP4_WARPS = 8
-FP4_QUANT_THREADS = 128
+# Threads of an NVFP4 quantizer CTA (one CTA a row): the fewest that give every thread at most one
+# 16-block of the row, up to 1024 (a row's blocks are quantized in parallel; the row's amax is
+# a max, so the count changes no bit). Weights, many rows, use the smallest.
+FP4_QUANT_THREADS = (128, 256, 512, 1024)
 FP4_IN_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
 
 
@@ -358,14 +361,14 @@ FP4_ARITH_IMAD = 4  # the decode's shifts and the B masks as integer multiplies 
 FP4_ARITH_PIN = 8  # the decode tables held in registers instead of copied before every prmt
 FP4_ARITH_PREFETCH = 16  # the next chunks' loads issued before the current ones are computed
 FP4_TILED_GROUPS = (1, 2, 4, 8)
-FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 1, 0)}
+FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
 # min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
     1: ((1, 10, 4), (1, 2, 0), (1, 26, 3), (1, 30, 3), (1, 10, 3), (1, 14, 4), (1, 8, 4)),
     2: ((1, 1, 0), (1, 14, 2), (1, 10, 2), (1, 17, 0), (1, 26, 2), (1, 14, 3)),
     4: ((1, 10, 2), (1, 1, 0), (1, 26, 0), (1, 14, 2), (1, 9, 0)),
-    8: ((1, 1, 0), (1, 9, 0), (1, 10, 0), (1, 10, 1), (1, 26, 0)),
+    8: ((1, 10, 1), (1, 1, 0), (1, 9, 0), (1, 10, 0), (1, 26, 0)),
 }
 
 
@@ -390,8 +393,18 @@ def _fp4_sweep_instances() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n not in shipped))
 
 
-def fp4_quant_instance(dtype: str) -> str:
-    return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {FP4_QUANT_THREADS}>"
+def fp4_quant_threads(k: int) -> int:
+    """Threads of the NVFP4 quantizer CTA for rows of k values."""
+    blocks = k // 16
+    return next((t for t in FP4_QUANT_THREADS if t >= blocks), FP4_QUANT_THREADS[-1])
+
+
+def fp4_quant_instance(dtype: str, threads: int) -> str:
+    return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {threads}>"
+
+
+def _fp4_quant_instances() -> tuple[str, ...]:
+    return tuple(fp4_quant_instance(d, t) for d in FP4_IN_TYPES for t in FP4_QUANT_THREADS)
 
 
 @dataclass(frozen=True)
@@ -409,8 +422,7 @@ FAMILIES: dict[str, Family] = {
     "w8a8_gemm": Family("w8a8_gemm.cu", _gemm_instances(), _gemm_instances()),
     "w8a8_gemm_sweep": Family("w8a8_gemm.cu", _sweep_instances(), ()),
     "w8a8_gemm_pre_sweep": Family("w8a8_gemm.cu", _pre_sweep_instances(), ()),
-    "fp4_quant": Family("fp4_quant.cu", tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES),
-                        tuple(fp4_quant_instance(d) for d in FP4_IN_TYPES)),
+    "fp4_quant": Family("fp4_quant.cu", _fp4_quant_instances(), _fp4_quant_instances()),
     "fp4_mx_gemm": Family("fp4_mx_gemm.cu", _fp4_gemm_instances(), _fp4_gemm_instances()),
     "fp4_mx_gemm_sweep": Family("fp4_mx_gemm.cu", _fp4_sweep_instances(), ()),
 }

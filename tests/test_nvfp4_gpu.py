@@ -109,7 +109,7 @@ def test_proj_matches_reference(ctx, n, kb, rows, dtype, ldx_pad, ldc_pad, outli
     check(hw, x, y, dtype)
 
 
-@given(k=st.sampled_from([128, 1024, 5120, 17408]), rows=st.integers(1, 64),
+@given(k=st.sampled_from([128, 1024, 4096, 5120, 6144, 17408]), rows=st.integers(1, 64),
        dtype=st.sampled_from(["bfloat16", "float16"]), static=st.booleans(), seed=st.integers(0, 2**31 - 1))
 def test_quantizer_bit_equal(ctx, k, rows, dtype, static, seed):
     import cupy
@@ -130,6 +130,31 @@ def test_quantizer_bit_equal(ctx, k, rows, dtype, static, seed):
     np.testing.assert_array_equal(packed.get(), rp)
     np.testing.assert_array_equal(s.get(), np.asarray(rs).view(np.uint8))
     np.testing.assert_array_equal(gs.get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
+
+
+def test_every_quantizer_width_gives_the_same_bits(ctx):
+    """The quantizer CTA's thread count (_build.fp4_quant_threads picks it by K) changes no bit:
+    each width, from 8 blocks a thread to about one, gives the reference's codes, scales and gs."""
+    import cupy
+
+    from gdn_kernels import _build
+
+    rng = np.random.default_rng(71)
+    rows, k = 5, 17408
+    x = random_activations(rng, rows, k, "bfloat16", outliers=True, zero_rows=(2,))
+    x[0, 16:32] = 0
+    x_buf, x_ptr = to_device_2d(x, k)
+    rp, rs, rgs = ref.quantize_nvfp4_rows(x)
+    packed, s, gs, xd, sxf = ctx._ws
+    for threads in _build.FP4_QUANT_THREADS:
+        ctx._packed.fill(0xAB)
+        ctx._s.fill(0xAB)
+        ctx._quant[("bfloat16", threads)].launch((rows, 1, 1), threads, 0, x_ptr, packed, s, gs, xd, sxf, 0.0, k, k)
+        cupy.cuda.runtime.deviceSynchronize()
+        np.testing.assert_array_equal(ctx._packed[: rows * k // 2].get().reshape(rows, k // 2), rp, err_msg=str(threads))
+        np.testing.assert_array_equal(ctx._s[: rows * k // 16].get().reshape(rows, k // 16),
+                                      np.asarray(rs).view(np.uint8), err_msg=str(threads))
+        np.testing.assert_array_equal(ctx._gs[:rows].get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
 
 
 @pytest.mark.parametrize("layout", ["rows", "tiles16"])
