@@ -338,10 +338,12 @@ def _quant_instances() -> tuple[str, ...]:
 
 
 FP4_WARPS = 8
-# Threads of an NVFP4 quantizer CTA (one CTA a row): the fewest that give every thread at most one
-# 16-block of the row, up to 1024 (a row's blocks are quantized in parallel; the row's amax is
-# a max, so the count changes no bit). Weights, many rows, use the smallest.
+# The NVFP4 quantizer (kernels/fp4_quant.cu): activations as a cluster of FP4_QUANT_CLUSTER CTAs a
+# row, each CTA of the fewest FP4_QUANT_THREADS that give every thread at most one 16-block of its
+# slice (up to 1024); weights (many rows, a static scale) one CTA of the smallest a row. Neither the
+# split nor the width changes a bit (the row's amax is a max).
 FP4_QUANT_THREADS = (128, 256, 512, 1024)
+FP4_QUANT_CLUSTER = 8
 FP4_IN_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
 
 
@@ -394,17 +396,22 @@ def _fp4_sweep_instances() -> tuple[str, ...]:
 
 
 def fp4_quant_threads(k: int) -> int:
-    """Threads of the NVFP4 quantizer CTA for rows of k values."""
-    blocks = k // 16
-    return next((t for t in FP4_QUANT_THREADS if t >= blocks), FP4_QUANT_THREADS[-1])
+    """Threads of an NVFP4 activation quantizer CTA for rows of k values."""
+    per_cta = -(-(k // 16) // FP4_QUANT_CLUSTER)
+    return next((t for t in FP4_QUANT_THREADS if t >= per_cta), FP4_QUANT_THREADS[-1])
 
 
-def fp4_quant_instance(dtype: str, threads: int) -> str:
-    return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {threads}>"
+def fp4_quant_instance(dtype: str, threads: int, cluster: int = FP4_QUANT_CLUSTER) -> str:
+    return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {threads}, {cluster}>"
+
+
+# The weight quantizer's instance (float32 input, one CTA a row).
+FP4_WEIGHT_QUANT = ("float32", FP4_QUANT_THREADS[0], 1)
 
 
 def _fp4_quant_instances() -> tuple[str, ...]:
-    return tuple(fp4_quant_instance(d, t) for d in FP4_IN_TYPES for t in FP4_QUANT_THREADS)
+    return (tuple(fp4_quant_instance(d, t) for d in ("bfloat16", "float16") for t in FP4_QUANT_THREADS)
+            + (fp4_quant_instance(*FP4_WEIGHT_QUANT),))
 
 
 @dataclass(frozen=True)

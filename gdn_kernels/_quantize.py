@@ -224,8 +224,8 @@ def quantize_nvfp4_weight(arr: _ptr.DevArray):
     packed = cupy.empty((n, k // 2), cupy.uint8)
     scale = cupy.empty((n, k // 16), cupy.uint8)
     mods = _build.device_modules(cupy.cuda.Device().id)
-    threads = _build.FP4_QUANT_THREADS[0]
-    kern = mods.kernel("fp4_quant", _build.fp4_quant_instance("float32", threads), "PPPPPPfiq")
+    threads = _build.FP4_WEIGHT_QUANT[1]
+    kern = mods.kernel("fp4_quant", _build.fp4_quant_instance(*_build.FP4_WEIGHT_QUANT), "PPPPPPfiq")
     stream = cupy.cuda.get_current_stream()
     kern.launch((n, 1, 1), threads, stream.ptr,
                 w.data.ptr, packed.data.ptr, scale.data.ptr, 0, 0, 0, float(scale2), k, k)

@@ -242,7 +242,7 @@ class Nvfp4Ctx:
         self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
                                                           _GEMM_ARGS)
                        for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
-        # The activation quantizer by input dtype and threads (_build.fp4_quant_threads).
+        # The activation quantizer by input dtype and threads (_build.fp4_quant_threads), a cluster a row.
         self._quant = {(d, t): self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d, t), _QUANT_ARGS)
                        for d in ACT_DTYPES for t in _build.FP4_QUANT_THREADS}
 
@@ -291,7 +291,8 @@ class Nvfp4Ctx:
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float) -> None:
         packed, s, gs, xd, sxf = self._ws
         threads = _build.fp4_quant_threads(k)
-        self._quant[(dtype, threads)].launch((rows, 1, 1), threads, stream, x, packed, s, gs, xd, sxf, static_gs, k, ldx)
+        self._quant[(dtype, threads)].launch((_build.FP4_QUANT_CLUSTER * rows, 1, 1), threads, stream,
+                                             x, packed, s, gs, xd, sxf, static_gs, k, ldx)
 
     def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",
                              static_gs: float = 0.0):

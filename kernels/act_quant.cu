@@ -30,26 +30,6 @@ __device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
   return make_uint2(packed[0], packed[1]);
 }
 
-// Cluster-wide max of one value a CTA (sm_90 thread block clusters): each CTA publishes its value
-// in shared memory, every thread reads all of them through distributed shared memory. The second
-// barrier keeps each CTA's shared memory alive until every CTA of the cluster has read it.
-template <int kCluster>
-__device__ __forceinline__ uint32_t cluster_max_bits(uint32_t v, uint32_t* slot) {
-  if (threadIdx.x == 0) *slot = v;
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  const uint32_t local = (uint32_t)__cvta_generic_to_shared(slot);
-  uint32_t m = 0u;
-#pragma unroll
-  for (int r = 0; r < kCluster; ++r) {
-    uint32_t remote, x;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(x) : "r"(remote) : "memory");
-    m = max(m, x);
-  }
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  return m;
-}
-
 // One token row quantized with one scale: s = amax / 127 (kInt8) or amax / 448; an all-zero row
 // gives s = 0 and zeros. A cluster of kCluster CTAs a row (blockIdx.x its rank, blockIdx.y the
 // row), each a contiguous slice of whole 8-value groups, 8 values a thread an iteration. The row's
@@ -86,7 +66,7 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
 #pragma unroll
     for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
   }
-  amax = cluster_max_bits<kCluster>(gdn::block_max_bits<kThreads>(amax, red), &slot);
+  amax = gdn::cluster_max_bits<kCluster>(gdn::block_max_bits<kThreads>(amax, red), &slot);
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
   if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
   const bool zero = __float_as_uint(scale) == 0u;

@@ -47,13 +47,17 @@ __device__ __forceinline__ int twice_e2m1(uint32_t code) {
 
 }  // namespace
 
-// T: bf16, fp16 or fp32 input.  kThreads: threads a CTA (one CTA a row).
+// T: bf16, fp16 or fp32 input.  kThreads: threads a CTA.  kCluster: CTAs a row, a cluster (sm_90
+// thread block clusters): CTA blockIdx.x takes rank blockIdx.x % kCluster of row blockIdx.x /
+// kCluster, a contiguous slice of the row's 16-blocks, a block a thread an iteration; the row's
+// amax is exchanged through distributed shared memory, so the division work of a long row is
+// spread over kCluster multiprocessors. Grid: (kCluster * rows).
 // x: [rows, K] at row stride ldx.  static_gs > 0: use it as every row's gs (static input_scale,
 // or a weight's scale2); 0: dynamic per row.
 // packed: [rows, K/2] codes.  s: [rows, K/16] e4m3.  gs: [rows] fp32 (may be null).
 // xd: [rows, K] int8 operand in mma layout, sxf: [rows, K/16] fp32 scales (both null to skip).
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int kThreads, int kCluster>
+__global__ void __launch_bounds__(kThreads) __cluster_dims__(kCluster, 1, 1)
 fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t* __restrict__ s,
                  float* __restrict__ gs, int8_t* __restrict__ xd, float* __restrict__ sxf,
                  float static_gs, int K, long long ldx) {
@@ -62,27 +66,43 @@ fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t*
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
   gdn::pdl_chain();
   __shared__ uint32_t red[kThreads / 32];
-  const long long row = blockIdx.x;
+  __shared__ uint32_t slot;
+  const long long row = blockIdx.x / kCluster;
+  const int rank = blockIdx.x % kCluster;
   const T* p_x = x + row * ldx;
-  const int blocks = K >> 4;
+  const int blocks = K >> 4, per = (blocks + kCluster - 1) / kCluster;
+  const int b0 = rank * per + threadIdx.x, b1 = min((rank + 1) * per, blocks);
+  // This thread's first block stays in registers from the amax pass to the quantizing pass.
+  float first[16];
+  if (b0 < b1) load16<T>(p_x + b0 * 16, first);
   float g;
   if (static_gs > 0.f) {
     g = static_gs;
   } else {
     uint32_t amax = 0u;
-    for (int b = threadIdx.x; b < blocks; b += kThreads) {
+    if (b0 < b1) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) amax = max(amax, gdn::abs_bits(first[i]));
+    }
+    for (int b = b0 + kThreads; b < b1; b += kThreads) {
       float f[16];
       load16<T>(p_x + b * 16, f);
 #pragma unroll
       for (int i = 0; i < 16; ++i) amax = max(amax, gdn::abs_bits(f[i]));
     }
     amax = gdn::block_max_bits<kThreads>(amax, red);
+    if constexpr (kCluster > 1) amax = gdn::cluster_max_bits<kCluster>(amax, &slot);
     g = gdn::div_rn(__uint_as_float(amax), 2688.f);
   }
-  if (threadIdx.x == 0 && gs != nullptr) gs[row] = g;
-  for (int b = threadIdx.x; b < blocks; b += kThreads) {
+  if (rank == 0 && threadIdx.x == 0 && gs != nullptr) gs[row] = g;
+  for (int b = b0; b < b1; b += kThreads) {
     float f[16];
-    load16<T>(p_x + b * 16, f);
+    if (b == b0) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = first[i];
+    } else {
+      load16<T>(p_x + b * 16, f);
+    }
     uint32_t amax = 0u;
 #pragma unroll
     for (int i = 0; i < 16; ++i) amax = max(amax, gdn::abs_bits(f[i]));

@@ -65,4 +65,24 @@ __device__ __forceinline__ uint32_t block_max_bits(uint32_t v, uint32_t* red) {
   return r;
 }
 
+// Cluster-wide max of one value a CTA (sm_90 thread block clusters): each CTA publishes its value
+// in shared memory, every thread reads all of them through distributed shared memory. The second
+// barrier keeps each CTA's shared memory alive until every CTA of the cluster has read it.
+template <int kCluster>
+__device__ __forceinline__ uint32_t cluster_max_bits(uint32_t v, uint32_t* slot) {
+  if (threadIdx.x == 0) *slot = v;
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  const uint32_t local = (uint32_t)__cvta_generic_to_shared(slot);
+  uint32_t m = 0u;
+#pragma unroll
+  for (int r = 0; r < kCluster; ++r) {
+    uint32_t remote, x;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(x) : "r"(remote) : "memory");
+    m = max(m, x);
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  return m;
+}
+
 }  // namespace gdn
