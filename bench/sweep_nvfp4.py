@@ -22,10 +22,9 @@ from bench.sweep_w8a8 import SHAPES, write_sweep  # noqa: E402  (the same model 
 from gdn_kernels import _build  # noqa: E402
 
 
-def _key(schedule, split: int = 1) -> str:
+def _key(schedule) -> str:
     unroll, arith, min_blocks = schedule
-    return (f"u{unroll}_b{min_blocks}" + (f"_x{split}" if split > 1 else "") + ("", "_cf", "_ms")[arith & 3]
-            + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
+    return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else ""))
 
 
@@ -40,7 +39,7 @@ def main() -> int:
     import cupy
 
     from gdn_kernels import Nvfp4Ctx, bench
-    from gdn_kernels.nvfp4 import _TILED_ARGS
+    from gdn_kernels.nvfp4 import _GEMM_ARGS
 
     rows_list = [int(r) for r in args.rows.split(",")]
     meta = bench.base_meta()
@@ -48,7 +47,6 @@ def main() -> int:
     l2 = meta["device"]["l2_bytes"]
     ctx = Nvfp4Ctx(max_rows=max(rows_list), max_k=max(k for _, k in SHAPES))
     shipped = dict(ctx._tiled)
-    split_rule = _build.fp4_tiled_split
     stream = cupy.cuda.Stream(non_blocking=True)
     records = []
     t0 = time.time()
@@ -71,42 +69,30 @@ def main() -> int:
 
             for rows in rows_list:
                 groups = _build.fp4_groups(rows)
-                tiles = -(-n // 16)
-                rule_split = _build.fp4_tiled_split(tiles, groups, -(-rows // (4 * groups)))
-                shipped_sched = (_build.FP4_TILED_SCHEDULE if rule_split == 1 else _build.FP4_SPLIT_SCHEDULE)[groups]
                 rec = {"format": "nvfp4", "N": n, "K": k, "rows": rows, "floor_us": floor,
-                       "shipped": _key(shipped_sched, rule_split), "schedules": {}}
+                       "shipped": _key(_build.FP4_TILED_SCHEDULE[groups]), "schedules": {}}
                 ctx._tiled.update(shipped)
                 ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                 rec["schedules"]["plain"] = timed(plain, rows)
                 # The shipped tile-major GEMM alone, on the activations quantized just now.
                 ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
-                kernel = ctx._tiled[(groups, "bfloat16", rule_split)]
-                grid = (-(-rows // (4 * groups)), tiles * rule_split, 1)
+                kernel = ctx._tiled[(groups, "bfloat16")]
+                grid = (-(-rows // (4 * groups)), -(-n // 16), 1)
                 ws = ctx._ws
                 rec["gemm_alone"] = bench.time_graph(
-                    [(lambda w=w: kernel.launch(grid, 32 * _build.FP4_WARPS // rule_split, stream.ptr, w.packed, w.scale,
-                                                w.scale2, ws[3], ws[4], ws[2], out.data.ptr, n, n, k, rows,
-                                                *ctx._split_ws)) for w in tiled],
+                    [(lambda w=w: kernel.launch(grid, 32 * _build.FP4_WARPS, stream.ptr, w.packed, w.scale, w.scale2,
+                                                ws[3], ws[4], ws[2], out.data.ptr, n, n, k, rows)) for w in tiled],
                     stream, args.replays)
-                # Every schedule with one CTA a tile, and the split tiles' schedule at every split.
-                splits = _build.FP4_SPLITS if groups <= _build.FP4_SPLIT_MAX_GROUPS else (1,)
-                variants = [(s, 1) for s in _build.FP4_TILED_SWEEP[groups]]
-                variants += [(_build.FP4_SPLIT_SCHEDULE[groups], p) for p in splits[1:]]
-                try:
-                    for sched, split in variants:
-                        _build.fp4_tiled_split = lambda *_, split=split: split
-                        name = _build.fp4_tiled_instance(groups, "bfloat16", sched, split)
-                        family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-                        ctx._tiled[(groups, "bfloat16", split)] = ctx.modules.kernel(family, name, _TILED_ARGS)
-                        out.fill(0xFFFF)
-                        ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
-                        if not bool((out[:rows] == ref_out[:rows]).all()):
-                            rec["schedules"][_key(sched, split)] = "DIFFERENT BITS"
-                            continue
-                        rec["schedules"][_key(sched, split)] = timed(tiled, rows)
-                finally:
-                    _build.fp4_tiled_split = split_rule
+                for sched in _build.FP4_TILED_SWEEP[groups]:
+                    name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
+                    family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
+                    ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                    out.fill(0xFFFF)
+                    ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
+                    if not bool((out[:rows] == ref_out[:rows]).all()):
+                        rec["schedules"][_key(sched)] = "DIFFERENT BITS"
+                        continue
+                    rec["schedules"][_key(sched)] = timed(tiled, rows)
                 ctx._tiled.update(shipped)
                 times = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
                 rec["best"] = min(times, key=times.get) if times else None
@@ -118,7 +104,7 @@ def main() -> int:
             cupy.get_default_memory_pool().free_all_blocks()
     caption = ("Whole NVFP4 projection (us: quantizer + GEMM, PDL): `plain` the checkpoint layout's kernels, "
                "then each tile-major schedule: u (chunks in flight a warp), b (CTAs a multiprocessor the registers "
-               "must allow), x (CTAs a 16-row tile, 1 where not shown); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
+               "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
                "computed): _build.FP4_ARITH.")
     write_sweep(Path(args.out), args.name, meta, records, caption,

@@ -364,15 +364,13 @@ FP4_ARITH_PIN = 8  # the decode tables held in registers instead of copied befor
 FP4_ARITH_PREFETCH = 16  # the next chunks' loads issued before the current ones are computed
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
-# The schedules of split tiles (FP4_SPLIT_RULE), by groups.
-FP4_SPLIT_SCHEDULE = {1: (1, 10, 4), 2: (1, 10, 2), 4: (1, 10, 0)}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
 # min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
-    1: ((1, 10, 4), (1, 2, 0), (1, 10, 3), (1, 14, 4), (1, 8, 4)),
-    2: ((1, 1, 0), (1, 10, 2), (1, 14, 2), (1, 9, 3)),
-    4: ((1, 10, 2), (1, 10, 0), (1, 1, 0), (1, 14, 2), (1, 26, 0)),
-    8: ((1, 10, 1), (1, 1, 0), (1, 9, 0)),
+    1: ((1, 10, 4), (1, 2, 0), (1, 26, 3), (1, 30, 3), (1, 10, 3), (1, 14, 4), (1, 8, 4)),
+    2: ((1, 1, 0), (1, 14, 2), (1, 10, 2), (1, 17, 0), (1, 26, 2), (1, 14, 3)),
+    4: ((1, 10, 2), (1, 1, 0), (1, 26, 0), (1, 14, 2), (1, 9, 0)),
+    8: ((1, 10, 1), (1, 1, 0), (1, 9, 0), (1, 10, 0), (1, 26, 0)),
 }
 
 
@@ -381,36 +379,14 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
-# CTAs a 16-row tile (the kernel's kSplit: each runs FP4_WARPS / split of the tile's warp streams,
-# the same bits) for a weight of that many tiles or fewer, with one token CTA (up to 4 * groups
-# rows) and at most FP4_SPLIT_MAX_GROUPS groups; 1 otherwise. A finer grid for few tiles.
-FP4_SPLITS = (1, 2, 4)
-FP4_SPLIT_RULE = ((160, 4), (512, 2))
-FP4_SPLIT_MAX_TILES = max(t for t, _ in FP4_SPLIT_RULE)
-FP4_SPLIT_MAX_GROUPS = 4
-
-
-def fp4_tiled_split(tiles: int, groups: int, token_ctas: int) -> int:
-    """CTAs a tile of the tile-major NVFP4 GEMM (FP4_SPLIT_RULE)."""
-    if token_ctas != 1 or groups > FP4_SPLIT_MAX_GROUPS:
-        return 1
-    return next((split for max_tiles, split in FP4_SPLIT_RULE if tiles <= max_tiles), 1)
-
-
-def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None, split: int = 1) -> str:
-    unroll, arith, min_blocks = schedule or (FP4_TILED_SCHEDULE if split == 1 else FP4_SPLIT_SCHEDULE)[groups]
-    return (f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {min_blocks}, {split}, "
-            f"{OUT_TYPES[out]}>")
-
-
-def _fp4_tiled_splits(groups: int) -> tuple[int, ...]:
-    return FP4_SPLITS if groups <= FP4_SPLIT_MAX_GROUPS else (1,)
+def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:
+    unroll, arith, min_blocks = schedule or FP4_TILED_SCHEDULE[groups]
+    return f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {min_blocks}, {OUT_TYPES[out]}>"
 
 
 def _fp4_gemm_instances() -> tuple[str, ...]:
     return (tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)
-            + tuple(fp4_tiled_instance(g, o, split=p) for g in FP4_TILED_GROUPS for p in _fp4_tiled_splits(g)
-                    for o in OUT_TYPES))
+            + tuple(fp4_tiled_instance(g, o) for g in FP4_TILED_GROUPS for o in OUT_TYPES))
 
 
 def _fp4_sweep_instances() -> tuple[str, ...]:

@@ -187,7 +187,6 @@ def _scalar(v) -> float:
 DEFAULT_MAX_ROWS = 512
 DEFAULT_MAX_K = 17408
 _GEMM_ARGS = "PPfPPPPqiii"  # w, sw, scale2, xd, sx, gs, out, ldc, N, K, rows
-_TILED_ARGS = _GEMM_ARGS + "PP"  # ... and the split tiles' stream sums and counters
 _QUANT_ARGS = "PPPPPPfiq"  # x, packed, s, gs, xd, sxf, static_gs, K, ldx
 
 
@@ -236,20 +235,13 @@ class Nvfp4Ctx:
             self._gs = cupy.empty(r, cupy.float32)
             self._xd = cupy.empty(r * k, cupy.int8)
             self._sxf = cupy.empty(r * k // NVFP4_BLOCK, cupy.float32)
-            # Split tiles (_build.fp4_tiled_split): every stream's sums, and a counter a tile that the
-            # kernel sets back to zero.
-            self._part = cupy.empty(_build.FP4_SPLIT_MAX_TILES * _build.FP4_WARPS * _build.FP4_SPLIT_MAX_GROUPS * 64,
-                                    cupy.float32)
-            self._done = cupy.zeros(_build.FP4_SPLIT_MAX_TILES, cupy.uint32)
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
-        self._split_ws = (self._part.data.ptr, self._done.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
         # The tile-major GEMM by token groups and output dtype.
-        self._tiled = {(groups, out, split): self.modules.kernel(
-            "fp4_mx_gemm", _build.fp4_tiled_instance(groups, out, split=split), _TILED_ARGS)
-            for groups in _build.FP4_TILED_GROUPS for split in _build.FP4_SPLITS
-            if split == 1 or groups <= _build.FP4_SPLIT_MAX_GROUPS for out in ACT_DTYPES}
+        self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
+                                                          _GEMM_ARGS)
+                       for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
         # The activation quantizer by input dtype and threads (_build.fp4_quant_threads), a cluster a row.
         self._quant = {(d, t): self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d, t), _QUANT_ARGS)
                        for d in ACT_DTYPES for t in _build.FP4_QUANT_THREADS}
@@ -285,18 +277,14 @@ class Nvfp4Ctx:
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
             self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
-            args = (w.packed, w.scale, w.scale2, self._ws[3], self._ws[4], self._ws[2], out + r0 * ldc * item, ldc,
-                    w.n, w.k, r)
             if w.layout == "tiles16":
                 groups = _build.fp4_groups(r)
-                token_ctas, tiles = -(-r // (4 * groups)), -(-w.n // 16)
-                split = _build.fp4_tiled_split(tiles, groups, token_ctas)
-                self._tiled[(groups, dtype, split)].launch_dependent(
-                    (token_ctas, tiles * split, 1), 32 * _build.FP4_WARPS // split, stream, *args, *self._split_ws)
+                kernel, grid = self._tiled[(groups, dtype)], (-(-r // (4 * groups)), -(-w.n // 16), 1)
             else:
                 tiles = _build.gemm_tiles(r)
-                self._gemm[(tiles, dtype)].launch_dependent((-(-r // (8 * tiles)), -(-w.n // 16), 1),
-                                                            32 * _build.FP4_WARPS, stream, *args)
+                kernel, grid = self._gemm[(tiles, dtype)], (-(-r // (8 * tiles)), -(-w.n // 16), 1)
+            kernel.launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, self._ws[3],
+                                    self._ws[4], self._ws[2], out + r0 * ldc * item, ldc, w.n, w.k, r)
         if _nvtx.ENABLED:
             _nvtx.pop()
 

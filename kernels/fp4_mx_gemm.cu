@@ -558,36 +558,26 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
   }
 }
 
-// kWarps: K-split ways (FP4_WARPS, as above): warp stream v sums chunks v, v + kWarps, ..., and
-// the streams' sums are added in stream order.  kGroups: 4-token groups a CTA.  kUnroll: chunks
+// kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
 // in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad,
-// kPinTables and kPrefetch; the same bits).  kMinBlocks: kWarps-warp CTAs a multiprocessor the
-// registers must allow (launch bounds; 0 leaves the register count to ptxas).  kSplit: CTAs a 16-row tile
-// (1, 2, 4 or 8), each of kWarps / kSplit warps running that many of the tile's streams; with
-// more than one, every CTA stores its streams' sums in part and the last CTA of a tile to finish
-// (counted in done, which it sets back to 0) adds all of them in stream order: the same bits, a
-// grid kSplit times finer for weights of few tiles.  OutT: bf16 or fp16.
+// kPinTables and kPrefetch; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// (launch bounds; 0 leaves the register count to ptxas).
+// OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
-// [ceil(N/16)][K/128][8 row groups][16].  part: [ceil(N/16)][kWarps][kGroups * 64] fp32 and done:
-// [ceil(N/16)] zeros, for kSplit > 1 and one token CTA (grid.x = 1).  The rest as
-// fp4_mx_gemm_kernel.  Grid: (token CTAs, ceil(N/16) * kSplit).
-template <int kWarps, int kGroups, int kUnroll, int kArith, int kMinBlocks, int kSplit, typename OutT>
-__global__ void __launch_bounds__(kWarps / kSplit * 32, kMinBlocks * kSplit < 32 ? kMinBlocks * kSplit : 32)
+// [ceil(N/16)][K/128][8 row groups][16].  The rest as fp4_mx_gemm_kernel.
+template <int kWarps, int kGroups, int kUnroll, int kArith, int kMinBlocks, typename OutT>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, float scale2,
                       const int8_t* __restrict__ xd, const float* __restrict__ sx,
                       const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
-                      int rows, float* __restrict__ part, unsigned* __restrict__ done) {
+                      int rows) {
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
   constexpr int kTokens = 4 * kGroups;
-  constexpr int kCtaWarps = kWarps / kSplit;
-  static_assert(kCtaWarps * kSplit == kWarps, "kSplit must divide kWarps");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * kTokens;
-  const int tile = blockIdx.y / kSplit;
-  const int stream = (blockIdx.y % kSplit) * kCtaWarps + warp;
-  const int n0 = tile * 16;
+  const int n0 = blockIdx.y * 16;
   const int chunks = K >> 7;
   const int blocks = K >> 4;
 
@@ -602,8 +592,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
   // This thread's code and scale bytes of chunk c: p_w + c * 1024 (+ 512), p_s + c * 128.
-  const uint8_t* p_w = w + (long long)tile * chunks * 1024 + lane * 16;
-  const uint8_t* p_s = sw + (long long)tile * chunks * 128 + g * 16;
+  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
+  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
 
   // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
   float acc[kGroups][2];
@@ -647,8 +637,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     // The next round's loads are issued before the current round is computed (two rounds of
     // registers, alternating, so that no copy is needed).
     Round r0, r1;
-    load(r0, stream);
-    for (int c0 = stream; c0 < chunks; c0 += 2 * kStep) {
+    load(r0, warp);
+    for (int c0 = warp; c0 < chunks; c0 += 2 * kStep) {
       load(r1, c0 + kStep);
       compute(r0, c0);
       if (c0 + kStep >= chunks) break;
@@ -656,57 +646,30 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       compute(r1, c0 + kStep);
     }
   } else {
-    for (int c0 = stream; c0 < chunks; c0 += kStep) {
+    for (int c0 = warp; c0 < chunks; c0 += kStep) {
       Round r;
       load(r, c0);
       compute(r, c0);
     }
   }
 
-  // Add the streams' sums in stream order and write the outputs.
-  constexpr int kOut = kGroups * 2 * 32;  // sums a stream: (group, row half) x lane
+  // Reduce the warps' sums in warp order and write the outputs.
+  __shared__ float red[kWarps][kGroups * 2][32];
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
+  __syncthreads();
   const float s2 = gdn::mul_rn(scale2, 0.25f);
-  auto write = [&](int e, float sum) {
+  for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
     const int jr = e >> 5, l = e & 31;
     const int n = n0 + (l >> 2) + (jr & 1) * 8;
     const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
-    if (n >= N || tok >= rows) return;
+    if (n >= N || tok >= rows) continue;
+    float sum = red[0][jr][l];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
     if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-  };
-  if constexpr (kSplit == 1) {
-    __shared__ float red[kWarps][kGroups * 2][32];
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
-    __syncthreads();
-    for (int e = threadIdx.x; e < kOut; e += kWarps * 32) {
-      float sum = red[0][e >> 5][e & 31];
-#pragma unroll
-      for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][e >> 5][e & 31]);
-      write(e, sum);
-    }
-  } else {
-    float* p_part = part + (long long)tile * kWarps * kOut;
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) p_part[stream * kOut + (j * 2 + r) * 32 + lane] = acc[j][r];
-    // Publish, count; the tile's last CTA reads every stream's sums (fenced, through the L2).
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) last = atomicAdd(done + tile, 1u) == kSplit - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int e = threadIdx.x; e < kOut; e += kCtaWarps * 32) {
-      float sum = __ldcg(p_part + e);
-#pragma unroll
-      for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, __ldcg(p_part + v * kOut + e));
-      write(e, sum);
-    }
-    if (threadIdx.x == 0) done[tile] = 0u;
   }
 }

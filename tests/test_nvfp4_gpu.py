@@ -327,13 +327,11 @@ def test_tile_major_gives_the_plain_layouts_bits(ctx, n, kb, rows, dtype, ldx_pa
     check(hw, x, tiled, dtype)
 
 
-def test_every_tile_major_schedule_gives_the_same_bits(ctx, monkeypatch):
+def test_every_tile_major_schedule_gives_the_same_bits(ctx):
     """Each schedule of the tile-major sweep (chunks in flight, arithmetic forms, register bounds;
-    _build.FP4_TILED_SWEEP) with one CTA a tile, and the split tiles' schedule over 2 and 4 CTAs a
-    tile, gives ctx.proj's bits, run as whole projections (twice: the split's counters
-    must be back at zero)."""
+    _build.FP4_TILED_SWEEP) gives ctx.proj's bits, run as whole projections."""
     from gdn_kernels import _build
-    from gdn_kernels.nvfp4 import _TILED_ARGS
+    from gdn_kernels.nvfp4 import _GEMM_ARGS
 
     rng = np.random.default_rng(53)
     hw = HostFp4Weight(rng, 300, 1280, layout="tiles16")
@@ -343,22 +341,15 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx, monkeypatch):
         for groups in _build.FP4_TILED_GROUPS:
             rows = 4 * groups + (groups == 8) * 5  # every token of a CTA live, and a second CTA at 8 groups
             _, want = run(ctx, hw, x[:rows], "bfloat16")
-            splits = _build.FP4_SPLITS if groups <= _build.FP4_SPLIT_MAX_GROUPS else (1,)
-            variants = [(s, 1) for s in _build.FP4_TILED_SWEEP[groups]]
-            variants += [(_build.FP4_SPLIT_SCHEDULE[groups], p) for p in splits[1:]]
-            for schedule, split in variants:
-                monkeypatch.setattr(_build, "fp4_tiled_split", lambda *_, split=split: split)
-                name = _build.fp4_tiled_instance(groups, "bfloat16", schedule, split)
+            for schedule in _build.FP4_TILED_SWEEP[groups]:
+                name = _build.fp4_tiled_instance(groups, "bfloat16", schedule)
                 family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-                ctx._tiled[(groups, "bfloat16", split)] = ctx.modules.kernel(family, name, _TILED_ARGS)
-                for _ in range(2):
-                    _, got = run(ctx, hw, x[:rows], "bfloat16")
-                    assert (got.view(np.uint16) == want.view(np.uint16)).all(), (schedule, split)
-            monkeypatch.undo()
+                ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                _, got = run(ctx, hw, x[:rows], "bfloat16")
+                assert (got.view(np.uint16) == want.view(np.uint16)).all(), schedule
             ctx._tiled.update(shipped)
     finally:
         ctx._tiled.update(shipped)
-    assert not ctx._done.get().any()
 
 
 def test_tile_major_copy_is_the_documented_order_and_frees_its_source():
