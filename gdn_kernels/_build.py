@@ -338,12 +338,15 @@ def _quant_instances() -> tuple[str, ...]:
 
 
 FP4_WARPS = 8
-# The NVFP4 quantizer (kernels/fp4_quant.cu): activations as a cluster of FP4_QUANT_CLUSTER CTAs a
-# row, each CTA of the fewest FP4_QUANT_THREADS that give every thread at most one 16-block of its
-# slice (up to 1024); weights (many rows, a static scale) one CTA of the smallest a row. Neither the
+# The NVFP4 quantizer (kernels/fp4_quant.cu): an activation row of at least FP4_QUANT_CLUSTER_MIN_K
+# values is split over a cluster of FP4_QUANT_CLUSTER CTAs, a shorter one takes one CTA (on the
+# H200 the cluster's exchange costs more than it saves below that: bench/NOTES.md, NVFP4 v4); each
+# CTA has the fewest FP4_QUANT_THREADS that give every thread at most one 16-block of its slice (up
+# to 1024). Weights (many rows, a static scale) take one CTA of the smallest a row. Neither the
 # split nor the width changes a bit (the row's amax is a max).
 FP4_QUANT_THREADS = (128, 256, 512, 1024)
 FP4_QUANT_CLUSTER = 8
+FP4_QUANT_CLUSTER_MIN_K = 8192
 FP4_IN_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
 
 
@@ -395,10 +398,11 @@ def _fp4_sweep_instances() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n not in shipped))
 
 
-def fp4_quant_threads(k: int) -> int:
-    """Threads of an NVFP4 activation quantizer CTA for rows of k values."""
-    per_cta = -(-(k // 16) // FP4_QUANT_CLUSTER)
-    return next((t for t in FP4_QUANT_THREADS if t >= per_cta), FP4_QUANT_THREADS[-1])
+def fp4_quant_shape(k: int) -> tuple[int, int]:
+    """(threads a CTA, CTAs a row) of the NVFP4 activation quantizer for rows of k values."""
+    cluster = FP4_QUANT_CLUSTER if k >= FP4_QUANT_CLUSTER_MIN_K else 1
+    per_cta = -(-(k // 16) // cluster)
+    return next((t for t in FP4_QUANT_THREADS if t >= per_cta), FP4_QUANT_THREADS[-1]), cluster
 
 
 def fp4_quant_instance(dtype: str, threads: int, cluster: int = FP4_QUANT_CLUSTER) -> str:
@@ -410,7 +414,8 @@ FP4_WEIGHT_QUANT = ("float32", FP4_QUANT_THREADS[0], 1)
 
 
 def _fp4_quant_instances() -> tuple[str, ...]:
-    return (tuple(fp4_quant_instance(d, t) for d in ("bfloat16", "float16") for t in FP4_QUANT_THREADS)
+    return (tuple(fp4_quant_instance(d, t, c) for d in ("bfloat16", "float16") for t in FP4_QUANT_THREADS
+                  for c in (1, FP4_QUANT_CLUSTER))
             + (fp4_quant_instance(*FP4_WEIGHT_QUANT),))
 
 

@@ -242,9 +242,9 @@ class Nvfp4Ctx:
         self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
                                                           _GEMM_ARGS)
                        for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
-        # The activation quantizer by input dtype and threads (_build.fp4_quant_threads), a cluster a row.
-        self._quant = {(d, t): self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d, t), _QUANT_ARGS)
-                       for d in ACT_DTYPES for t in _build.FP4_QUANT_THREADS}
+        # The activation quantizer by input dtype, threads and CTAs a row (_build.fp4_quant_shape).
+        self._quant = {(d, t, c): self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d, t, c), _QUANT_ARGS)
+                       for d in ACT_DTYPES for t in _build.FP4_QUANT_THREADS for c in (1, _build.FP4_QUANT_CLUSTER)}
 
     def supports(self, w: Nvfp4Weight, rows: int, dtype: str = "bfloat16") -> Support:
         """Pure: whether ``proj`` runs this case."""
@@ -290,9 +290,9 @@ class Nvfp4Ctx:
 
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float) -> None:
         packed, s, gs, xd, sxf = self._ws
-        threads = _build.fp4_quant_threads(k)
-        self._quant[(dtype, threads)].launch((_build.FP4_QUANT_CLUSTER * rows, 1, 1), threads, stream,
-                                             x, packed, s, gs, xd, sxf, static_gs, k, ldx)
+        threads, cluster = _build.fp4_quant_shape(k)
+        self._quant[(dtype, threads, cluster)].launch((cluster * rows, 1, 1), threads, stream,
+                                                      x, packed, s, gs, xd, sxf, static_gs, k, ldx)
 
     def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",
                              static_gs: float = 0.0):

@@ -132,10 +132,10 @@ def test_quantizer_bit_equal(ctx, k, rows, dtype, static, seed):
     np.testing.assert_array_equal(gs.get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
 
 
-def test_every_quantizer_width_gives_the_same_bits(ctx):
-    """The quantizer CTA's thread count (_build.fp4_quant_threads picks it by K) changes no bit:
-    each width, from two blocks a thread to one for some threads, gives the reference's codes,
-    scales and gs."""
+def test_every_quantizer_shape_gives_the_same_bits(ctx):
+    """The quantizer's threads a CTA and CTAs a row (_build.fp4_quant_shape picks them by K) change
+    no bit: each width, one CTA or a cluster a row, from several blocks a thread to about one,
+    gives the reference's codes, scales and gs."""
     import cupy
 
     from gdn_kernels import _build
@@ -148,15 +148,18 @@ def test_every_quantizer_width_gives_the_same_bits(ctx):
     rp, rs, rgs = ref.quantize_nvfp4_rows(x)
     packed, s, gs, xd, sxf = ctx._ws
     for threads in _build.FP4_QUANT_THREADS:
-        ctx._packed.fill(0xAB)
-        ctx._s.fill(0xAB)
-        ctx._quant[("bfloat16", threads)].launch((_build.FP4_QUANT_CLUSTER * rows, 1, 1), threads, 0,
-                                                 x_ptr, packed, s, gs, xd, sxf, 0.0, k, k)
-        cupy.cuda.runtime.deviceSynchronize()
-        np.testing.assert_array_equal(ctx._packed[: rows * k // 2].get().reshape(rows, k // 2), rp, err_msg=str(threads))
-        np.testing.assert_array_equal(ctx._s[: rows * k // 16].get().reshape(rows, k // 16),
-                                      np.asarray(rs).view(np.uint8), err_msg=str(threads))
-        np.testing.assert_array_equal(ctx._gs[:rows].get().view(np.uint32), np.asarray(rgs, np.float32).view(np.uint32))
+        for cluster in (1, _build.FP4_QUANT_CLUSTER):
+            ctx._packed.fill(0xAB)
+            ctx._s.fill(0xAB)
+            ctx._quant[("bfloat16", threads, cluster)].launch((cluster * rows, 1, 1), threads, 0,
+                                                              x_ptr, packed, s, gs, xd, sxf, 0.0, k, k)
+            cupy.cuda.runtime.deviceSynchronize()
+            what = f"{threads} threads, {cluster} CTAs a row"
+            np.testing.assert_array_equal(ctx._packed[: rows * k // 2].get().reshape(rows, k // 2), rp, err_msg=what)
+            np.testing.assert_array_equal(ctx._s[: rows * k // 16].get().reshape(rows, k // 16),
+                                          np.asarray(rs).view(np.uint8), err_msg=what)
+            np.testing.assert_array_equal(ctx._gs[:rows].get().view(np.uint32),
+                                          np.asarray(rgs, np.float32).view(np.uint32), err_msg=what)
 
 
 @pytest.mark.parametrize("layout", ["rows", "tiles16"])
