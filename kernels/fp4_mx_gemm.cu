@@ -485,8 +485,9 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // kArith + kImad: the same, with the decode's high-half shifts and the B operands' masks done by
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
 // in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
-// ones are computed (fp4_tiled_gemm_kernel's main loop).
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16;
+// ones are computed; + kEarly: each warp's first chunks of weight requested before the quantizer
+// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch).
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -560,7 +561,7 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
 // in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad,
-// kPinTables and kPrefetch; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// kPinTables, kPrefetch and kEarly; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
 // (launch bounds; 0 leaves the register count to ptxas).
 // OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
@@ -606,7 +607,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     uint4 s[kUnroll];
     uint4 x[kUnroll][kGroups][2];
   };
-  auto load = [&](Round& r, int c0) {
+  // The weight's part of a round (codes, scales), then the activations' (written by the quantizer).
+  auto load_w = [&](Round& r, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
@@ -614,6 +616,14 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
         r.w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
         r.w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
         r.s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+      }
+    }
+  };
+  auto load_x = [&](Round& r, int c0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
 #pragma unroll
         for (int j = 0; j < kGroups; ++j) {
           r.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
@@ -621,6 +631,10 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
         }
       }
     }
+  };
+  auto load = [&](Round& r, int c0) {
+    load_w(r, c0);
+    load_x(r, c0);
   };
   auto compute = [&](const Round& r, int c0) {
 #pragma unroll
@@ -631,9 +645,20 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   };
   constexpr int kStep = kWarps * kUnroll;
 
-  // Programmatic dependent launch: see w8a8_gemm.cu.
-  gdn::pdl_wait();
-  if constexpr ((kArith & kPrefetch) != 0) {
+  if constexpr ((kArith & kEarly) != 0) {
+    // The first round's weight bytes are requested before the quantizer wait, the rest after.
+    Round r;
+    load_w(r, warp);
+    // Programmatic dependent launch: see w8a8_gemm.cu.
+    gdn::pdl_wait();
+    load_x(r, warp);
+    compute(r, warp);
+    for (int c0 = warp + kStep; c0 < chunks; c0 += kStep) {
+      load(r, c0);
+      compute(r, c0);
+    }
+  } else if constexpr ((kArith & kPrefetch) != 0) {
+    gdn::pdl_wait();
     // The next round's loads are issued before the current round is computed (two rounds of
     // registers, alternating, so that no copy is needed).
     Round r0, r1;
@@ -646,6 +671,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       compute(r1, c0 + kStep);
     }
   } else {
+    gdn::pdl_wait();
     for (int c0 = warp; c0 < chunks; c0 += kStep) {
       Round r;
       load(r, c0);
