@@ -91,6 +91,24 @@ __device__ __forceinline__ float e4m3_bits(uint32_t w, int i) {
   return __uint_as_float((uint32_t)((int)(w << (24 - 8 * i)) >> 4) & 0x87F00000u);
 }
 
+// The kWarps warps' sums added in warp order, through shared memory: value(i) is this lane's
+// i-th sum (kPer a lane); store(i, l, sum) gets the total of sum i of lane l.
+template <int kWarps, int kPer, typename Value, typename Store>
+__device__ __forceinline__ void add_warps_in_order(Value value, Store store) {
+  __shared__ float red[kWarps][kPer][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) red[warp][i][lane] = value(i);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kPer * 32; e += kWarps * 32) {
+    const int i = e >> 5, l = e & 31;
+    float sum = red[0][i][l];
+#pragma unroll
+    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][i][l]);
+    store(i, l, sum);
+  }
+}
+
 }  // namespace
 
 // kWarps: K-split ways.  kTiles: 8-token tiles a CTA (2 or 4).  kUnroll: chunks in flight a warp.
@@ -204,26 +222,16 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     }
   }
 
-  __shared__ float red[kWarps][kTiles * 4][32];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][j * 4 + r][lane] = acc[j][r];
-  __syncthreads();
   const float s2 = gdn::mul_rn(scale2, 0.25f);
-  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kWarps * 32) {
-    const int jr = e >> 5, l = e & 31;
+  add_warps_in_order<kWarps, kTiles * 4>([&](int i) { return acc[i >> 2][i & 3]; }, [&](int jr, int l, float sum) {
     const int j = jr >> 2, r = jr & 3;
     const int n = n0 + (l >> 2) + (r >> 1) * 8;
     const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
-    if (n >= N || tok >= rows) continue;
-    float sum = red[0][jr][l];
-#pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    if (n >= N || tok >= rows) return;
     // Undo the 2^-24 of the accumulation (exact), then as before.
     sum = gdn::mul_rn(sum, 0x1p24f);
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-  }
+  });
 }
 
 // ---- One token tile: the block sums converted to fp32 ----
@@ -389,24 +397,14 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
     }
   }
 
-  __shared__ float red[kWarps][kTiles * 4][32];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][j * 4 + r][lane] = acc[j][r];
-  __syncthreads();
   const float s2 = gdn::mul_rn(scale2, 0.25f);
-  for (int e = threadIdx.x; e < kTiles * 4 * 32; e += kWarps * 32) {
-    const int jr = e >> 5, l = e & 31;
+  add_warps_in_order<kWarps, kTiles * 4>([&](int i) { return acc[i >> 2][i & 3]; }, [&](int jr, int l, float sum) {
     const int j = jr >> 2, r = jr & 3;
     const int n = n0 + (l >> 2) + (r >> 1) * 8;
     const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
-    if (n >= N || tok >= rows) continue;
-    float sum = red[0][jr][l];
-#pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    if (n >= N || tok >= rows) return;
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-  }
+  });
 }
 
 // ---- Tile-major weights: re-encoded codes, two blocks an MMA ----
@@ -679,23 +677,13 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     }
   }
 
-  // Reduce the warps' sums in warp order and write the outputs.
-  __shared__ float red[kWarps][kGroups * 2][32];
-#pragma unroll
-  for (int j = 0; j < kGroups; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) red[warp][j * 2 + r][lane] = acc[j][r];
-  __syncthreads();
+  // Add the warps' sums in warp order and write the outputs.
   const float s2 = gdn::mul_rn(scale2, 0.25f);
-  for (int e = threadIdx.x; e < kGroups * 2 * 32; e += kWarps * 32) {
-    const int jr = e >> 5, l = e & 31;
+  add_warps_in_order<kWarps, kGroups * 2>([&](int i) { return acc[i >> 1][i & 1]; }, [&](int jr, int l, float sum) {
     const int n = n0 + (l >> 2) + (jr & 1) * 8;
     const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
-    if (n >= N || tok >= rows) continue;
-    float sum = red[0][jr][l];
-#pragma unroll
-    for (int v = 1; v < kWarps; ++v) sum = gdn::add_rn(sum, red[v][jr][l]);
+    if (n >= N || tok >= rows) return;
     if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-  }
+  });
 }
