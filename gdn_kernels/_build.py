@@ -27,6 +27,7 @@ GDN_KERNELS_PDL
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import struct
@@ -399,6 +400,7 @@ def _fp4_sweep_instances() -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n not in shipped))
 
 
+@functools.lru_cache(maxsize=None)
 def fp4_quant_shape(k: int) -> tuple[int, int]:
     """(threads a CTA, CTAs a row) of the NVFP4 activation quantizer for rows of k values."""
     cluster = FP4_QUANT_CLUSTER if k >= FP4_QUANT_CLUSTER_MIN_K else 1
