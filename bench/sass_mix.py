@@ -2,10 +2,11 @@
 ptxas as NVRTC's), disassembled with cuobjdump.
 
     python bench/sass_mix.py FAMILY 'INSTANCE' [...]
-    python bench/sass_mix.py fp4_mx_gemm 'fp4_tiled_gemm_kernel<8, 1, 2, false, 0, __nv_bfloat16>'
+    python bench/sass_mix.py fp4_mx_gemm 'fp4_tiled_gemm_kernel<8, 1, 1, 10, 4, __nv_bfloat16>'
 
 For each instance: its instruction count and most frequent opcodes, and those of its main loop
-(the longest span closed by a backward branch).
+(the longest span closed by a backward branch). Needs nvcc and cuobjdump on the PATH; a machine
+without a GPU can take cuobjdump from the `nvidia-cuda-cuobjdump` wheel (its nvidia/cu13/bin).
 """
 
 from __future__ import annotations
