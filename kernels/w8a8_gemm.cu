@@ -81,7 +81,6 @@ __device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], i
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
 template <int kFmt, int kM, int kTiles, int kUnroll>
 struct Round {
-  static constexpr int kU = kUnroll;
   // w[u][m]: row g half 0, row g+8 half 0, row g half 1, row g+8 half 1 of chunk u, tile m.
   uint4 w[kUnroll][kM][4];
   uint4 x[kUnroll][kTiles][2];
