@@ -77,13 +77,9 @@ def main() -> int:
                 rec["schedules"]["plain"] = timed(plain, rows)
                 # The shipped tile-major GEMM alone, on the activations quantized just now.
                 ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
-                kernel = ctx._tiled[(groups, "bfloat16")]
-                grid = (-(-rows // (4 * groups)), -(-n // 16), 1)
-                ws = ctx._ws
                 rec["gemm_alone"] = bench.time_graph(
-                    [(lambda w=w: kernel.launch(grid, 32 * _build.FP4_WARPS, stream.ptr, w.packed, w.scale, w.scale2,
-                                                ws[3], ws[4], ws[2], out.data.ptr, n, n, k, rows)) for w in tiled],
-                    stream, args.replays)
+                    [(lambda w=w: ctx._gemm_launch(w, rows, out.data.ptr, n, stream.ptr, "bfloat16", dependent=False))
+                     for w in tiled], stream, args.replays)
                 for sched in _build.FP4_TILED_SWEEP[groups]:
                     name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
                     family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"

@@ -361,7 +361,8 @@ def fp4_gemm_instance(tiles: int, out: str) -> str:
 # Tile-major NVFP4 GEMM (fp4_tiled_gemm_kernel): 4-token groups a CTA, and for each group count
 # its schedule (unroll: chunks in flight a warp; arith: the arithmetic's form, FP4_ARITH plus its
 # flags; min_blocks: CTAs a multiprocessor the registers must allow, the launch bounds' second
-# argument, 0 for ptxas's own choice). No field changes an output bit. Picked from bench/results/sweep_nvfp4_*.md.
+# argument, 0 for ptxas's own choice). No field changes an output bit. Picked from
+# bench/results/sweep_nvfp4_*.md.
 FP4_ARITH = {"direct": 0, "conv_free": 1, "magic_sum": 2}
 FP4_ARITH_IMAD = 4  # the decode's shifts and the B masks as integer multiplies (FMA pipe)
 FP4_ARITH_PIN = 8  # the decode tables held in registers instead of copied before every prmt
@@ -408,7 +409,7 @@ def fp4_quant_shape(k: int) -> tuple[int, int]:
     return next((t for t in FP4_QUANT_THREADS if t >= per_cta), FP4_QUANT_THREADS[-1]), cluster
 
 
-def fp4_quant_instance(dtype: str, threads: int, cluster: int = FP4_QUANT_CLUSTER) -> str:
+def fp4_quant_instance(dtype: str, threads: int, cluster: int) -> str:
     return f"fp4_quant_kernel<{FP4_IN_TYPES[dtype]}, {threads}, {cluster}>"
 
 

@@ -277,20 +277,30 @@ class Nvfp4Ctx:
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
             self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
-            if w.layout == "tiles16":
-                groups = _build.fp4_groups(r)
-                kernel, grid = self._tiled[(groups, dtype)], (-(-r // (4 * groups)), -(-w.n // 16), 1)
-            else:
-                tiles = _build.gemm_tiles(r)
-                kernel, grid = self._gemm[(tiles, dtype)], (-(-r // (8 * tiles)), -(-w.n // 16), 1)
-            kernel.launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, self._ws[3],
-                                    self._ws[4], self._ws[2], out + r0 * ldc * item, ldc, w.n, w.k, r)
+            self._gemm_launch(w, r, out + r0 * ldc * item, ldc, stream, dtype)
         if _nvtx.ENABLED:
             _nvtx.pop()
 
-    def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float) -> None:
+    def _gemm_launch(self, w: Nvfp4Weight, rows: int, out: int, ldc: int, stream: int, dtype: str,
+                     dependent: bool = True) -> None:
+        """The GEMM of rows <= max_rows on the workspace's quantized activations (dependent: with
+        programmatic dependent launch, after the quantizer)."""
+        if w.layout == "tiles16":
+            groups = _build.fp4_groups(rows)
+            kernel, grid = self._tiled[(groups, dtype)], (-(-rows // (4 * groups)), -(-w.n // 16), 1)
+        else:
+            tiles = _build.gemm_tiles(rows)
+            kernel, grid = self._gemm[(tiles, dtype)], (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
+        (kernel.launch_dependent if dependent else kernel.launch)(
+            grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, self._ws[3], self._ws[4], self._ws[2],
+            out, ldc, w.n, w.k, rows)
+
+    def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float,
+                      shape: tuple[int, int] | None = None) -> None:
+        """The activation quantizer into the workspace; shape: (threads, CTAs a row), by default
+        _build.fp4_quant_shape(k)."""
         packed, s, gs, xd, sxf = self._ws
-        threads, cluster = _build.fp4_quant_shape(k)
+        threads, cluster = shape or _build.fp4_quant_shape(k)
         self._quant[(dtype, threads, cluster)].launch((cluster * rows, 1, 1), threads, stream,
                                                       x, packed, s, gs, xd, sxf, static_gs, k, ldx)
 

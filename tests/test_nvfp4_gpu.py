@@ -146,13 +146,11 @@ def test_every_quantizer_shape_gives_the_same_bits(ctx):
     x[0, 16:32] = 0
     x_buf, x_ptr = to_device_2d(x, k)
     rp, rs, rgs = ref.quantize_nvfp4_rows(x)
-    packed, s, gs, xd, sxf = ctx._ws
     for threads in _build.FP4_QUANT_THREADS:
         for cluster in (1, _build.FP4_QUANT_CLUSTER):
             ctx._packed.fill(0xAB)
             ctx._s.fill(0xAB)
-            ctx._quant[("bfloat16", threads, cluster)].launch((cluster * rows, 1, 1), threads, 0,
-                                                              x_ptr, packed, s, gs, xd, sxf, 0.0, k, k)
+            ctx._quant_launch(x_ptr, k, rows, k, 0, "bfloat16", 0.0, shape=(threads, cluster))
             cupy.cuda.runtime.deviceSynchronize()
             what = f"{threads} threads, {cluster} CTAs a row"
             np.testing.assert_array_equal(ctx._packed[: rows * k // 2].get().reshape(rows, k // 2), rp, err_msg=what)
