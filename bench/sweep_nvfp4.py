@@ -26,7 +26,7 @@ def _key(schedule) -> str:
     unroll, arith, min_blocks = schedule
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
-            + ("_early" if arith & _build.FP4_ARITH_EARLY else ""))
+            + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_ring" if arith & _build.FP4_ARITH_RING else ""))
 
 
 def main() -> int:
@@ -90,8 +90,12 @@ def main() -> int:
                         rec["schedules"][_key(sched)] = "DIFFERENT BITS"
                         continue
                     rec["schedules"][_key(sched)] = timed(tiled, rows)
+                    # The same GEMM alone (no quantizer before it), on the activations quantized above.
+                    rec["schedules"][_key(sched) + " alone"] = bench.time_graph(
+                        [(lambda w=w: ctx._gemm_launch(w, rows, out.data.ptr, n, stream.ptr, "bfloat16",
+                                                       dependent=False)) for w in tiled], stream, args.replays)
                 ctx._tiled.update(shipped)
-                times = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
+                times = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float) and not kk.endswith(" alone")}
                 rec["best"] = min(times, key=times.get) if times else None
                 records.append(rec)
                 print(f"[{time.time() - t0:6.0f}s] nvfp4 [{n}, {k}] rows {rows}: floor {floor:.2f} "
@@ -103,7 +107,9 @@ def main() -> int:
                "then each tile-major schedule: u (chunks in flight a warp), b (CTAs a multiprocessor the registers "
                "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
-               "computed), early (first chunks' weight loaded before the quantizer wait): _build.FP4_ARITH.")
+               "computed), early (first chunks' weight loaded before the quantizer wait), ring (the weight through "
+               "shared-memory slots filled by bulk copies): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",
                  "shipped GEMM alone": "gemm_alone"})

@@ -484,8 +484,11 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
 // in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
 // ones are computed; + kEarly: each warp's first chunks of weight requested before the quantizer
-// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch).
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32;
+// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kRing: the weight's chunks
+// stream into a ring of kUnroll shared-memory slots a warp by bulk copies (the first kUnroll
+// requested before the quantizer wait), the activations one chunk ahead in registers.
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
+              kRing = 64;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -643,7 +646,77 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   };
   constexpr int kStep = kWarps * kUnroll;
 
-  if constexpr ((kArith & kEarly) != 0) {
+  if constexpr ((kArith & kRing) != 0) {
+    // Lane 0 of each warp keeps the warp's next kUnroll chunks (codes and scales, 1152
+    // contiguous-per-part bytes) in flight through bulk copies, each slot completed by its
+    // mbarrier; a slot is refilled once the whole warp has computed the chunk it held. No copy is
+    // left in flight at exit: chunk i + kUnroll is requested only if it exists, and every
+    // requested chunk is waited for.
+    constexpr int kSlot = 1152;
+    __shared__ __align__(128) uint8_t ring[kWarps][kUnroll][kSlot];
+    __shared__ __align__(8) uint64_t bars[kWarps][kUnroll];
+    const uint32_t ring0 = gdn::smem_addr(&ring[warp][0][0]);
+    const uint32_t bar0 = gdn::smem_addr(&bars[warp][0]);
+    const int n_chunks = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;
+    // The warp's chunk i: codes at src_w + i * kWarps * 1024, scales at src_s + i * kWarps * 128.
+    const uint8_t* src_w = w + ((long long)blockIdx.y * chunks + warp) * 1024;
+    const uint8_t* src_s = sw + ((long long)blockIdx.y * chunks + warp) * 128;
+    auto request = [&](int i, int u) {
+      const uint32_t slot = ring0 + u * kSlot, bar = bar0 + u * 8;
+      gdn::mbar_arrive_expect_tx(bar, kSlot);
+      gdn::bulk_copy_g2s(slot, src_w + (long long)i * (kWarps * 1024), 1024, bar);
+      gdn::bulk_copy_g2s(slot + 1024, src_s + (long long)i * (kWarps * 128), 128, bar);
+    };
+    if (lane == 0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) gdn::mbar_init(bar0 + u * 8, 1);
+      gdn::mbar_init_fence();
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < n_chunks) request(u, u);
+    }
+    __syncwarp();
+    // Programmatic dependent launch: see w8a8_gemm.cu.
+    gdn::pdl_wait();
+    // The activations one chunk ahead, in two register buffers (xb[u & 1]: chunk i's, loaded
+    // while chunk i - 1 is computed); kUnroll is even, so the buffer index is a constant.
+    static_assert(kUnroll % 2 == 0, "the ring form alternates two activation buffers");
+    const int8_t* p_xc[kGroups];
+    const float* p_sxc[kGroups];
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      p_xc[j] = p_x[j] + warp * 128;
+      p_sxc[j] = p_sx[j] + warp * 8;
+    }
+    uint4 xb[2][kGroups][2];
+    auto load_xc = [&](uint4 (&v)[kGroups][2]) {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        v[j][0] = gdn::ld_nc_v4(p_xc[j]);
+        v[j][1] = gdn::ld_nc_v4(p_xc[j] + 16);
+        p_xc[j] += kWarps * 128;
+      }
+    };
+    if (n_chunks > 0) load_xc(xb[0]);
+    uint32_t parity = 0;
+    for (int i0 = 0; i0 < n_chunks; i0 += kUnroll, parity ^= 1) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u;
+        if (i >= n_chunks) break;
+        const uint32_t slot = ring0 + u * kSlot;
+        gdn::mbar_wait(bar0 + u * 8, parity);
+        const uint4 w0 = gdn::lds_v4(slot + lane * 16), w1 = gdn::lds_v4(slot + 512 + lane * 16);
+        const uint4 s4 = gdn::lds_v4(slot + 1024 + g * 16);
+        if (i + 1 < n_chunks) load_xc(xb[(u + 1) & 1]);
+        tiled_chunk<kGroups, kArith>(w0, w1, s4, xb[u & 1], p_sxc, 0, odd, tab, acc);
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) p_sxc[j] += kWarps * 8;
+        __syncwarp();
+        if (lane == 0 && i + kUnroll < n_chunks) request(i + kUnroll, u);
+      }
+    }
+  } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
     load_w(r, warp);

@@ -65,7 +65,7 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // copied into a fresh register before every prmt that uses it, an IMAD each time; a value read
 // from another lane is not recomputed that way.
 __device__ __forceinline__ uint32_t pinned(uint32_t k, int lane) {
-  return __shfl_sync(0xffffffffu, k + lane, 0);
+  return __shfl_sync(0xffffffffu, k + lane, threadIdx.y);
 }
 
 // Four e2m1 codes (bits 4i..4i+3 of u, u < 2^16) -> four int8 holding twice their value
