@@ -655,12 +655,15 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     constexpr int kSlot = 1152;
     __shared__ __align__(128) uint8_t ring[kWarps][kUnroll][kSlot];
     __shared__ __align__(8) uint64_t bars[kWarps][kUnroll];
-    const uint32_t ring0 = gdn::smem_addr(&ring[warp][0][0]);
-    const uint32_t bar0 = gdn::smem_addr(&bars[warp][0]);
-    const int n_chunks = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;
+    // The warp index read from lane 0, which ptxas knows to be the same in every lane: the copies'
+    // addresses are then computed once in uniform registers, not moved there before every copy.
+    const int wu = __shfl_sync(0xffffffffu, warp, 0);
+    const uint32_t ring0 = gdn::smem_addr(&ring[wu][0][0]);
+    const uint32_t bar0 = gdn::smem_addr(&bars[wu][0]);
+    const int n_chunks = chunks > wu ? (chunks - wu + kWarps - 1) / kWarps : 0;
     // The warp's chunk i: codes at src_w + i * kWarps * 1024, scales at src_s + i * kWarps * 128.
-    const uint8_t* src_w = w + ((long long)blockIdx.y * chunks + warp) * 1024;
-    const uint8_t* src_s = sw + ((long long)blockIdx.y * chunks + warp) * 128;
+    const uint8_t* src_w = w + ((long long)blockIdx.y * chunks + wu) * 1024;
+    const uint8_t* src_s = sw + ((long long)blockIdx.y * chunks + wu) * 128;
     auto request = [&](int i, int u) {
       const uint32_t slot = ring0 + u * kSlot, bar = bar0 + u * 8;
       gdn::mbar_arrive_expect_tx(bar, kSlot);
