@@ -4,8 +4,9 @@
 
 Times, per call and with a small weight so that the GPU keeps up with the host: the whole
 ``proj`` (raw-pointer arguments), the argument checks and ``supports`` alone, and the launches
-alone (``launch``: packing arguments and two driver launches), and for W8A8 each launch alone (the
-quantizer; the GEMM with programmatic dependent launch, the default, and plainly). Prints a table.
+alone (``launch``: packing arguments and two driver launches), and each launch alone (the
+quantizer; the GEMM with programmatic dependent launch, the default, and plainly); NVFP4 in both
+weight layouts. Prints a table.
 """
 
 from __future__ import annotations
@@ -53,16 +54,23 @@ def main() -> int:
 
     print(f"{'path':12s} {'proj us':>8s} {'checks us':>9s} {'launch us':>9s} {'quant us':>9s} "
           f"{'gemm us':>8s} {'gemm plain us':>13s}")
-    for fmt in ("int8", "fp8_block", "nvfp4"):
-        if fmt == "nvfp4":
+    for fmt in ("int8", "fp8_block", "nvfp4", "nvfp4_tiles"):
+        if fmt.startswith("nvfp4"):
             w, ctx, check = random_nvfp4_weight(n, k, 1), fctx, check_nvfp4_args
+            if fmt == "nvfp4_tiles":
+                w = w.tile_major()
         else:
             w, ctx, check = random_w8a8_weight(fmt, n, k, 1), wctx, check_proj_args
         full = per_call_us(lambda: ctx.proj(w, xp, k, rows, op, n, sp, dtype="float16"), sync=stream.synchronize)
         checks = per_call_us(lambda: (check(w, xp, k, rows, op, n, "float16"), ctx.supports(w, rows, "float16")))
         launch = per_call_us(lambda: ctx.launch(w, xp, k, rows, op, n, sp, "float16"), sync=stream.synchronize)
         quant = gemm = plain = float("nan")
-        if fmt != "nvfp4":
+        if fmt.startswith("nvfp4"):
+            quant = per_call_us(lambda: ctx._quant_launch(xp, k, rows, k, sp, "float16", 0.0), sync=stream.synchronize)
+            gemm = per_call_us(lambda: ctx._gemm_launch(w, rows, op, n, sp, "float16"), sync=stream.synchronize)
+            plain = per_call_us(lambda: ctx._gemm_launch(w, rows, op, n, sp, "float16", dependent=False),
+                                sync=stream.synchronize)
+        else:
             quant = per_call_us(lambda: ctx._quant_launch(w.format, xp, k, rows, k, sp, "float16"),
                                 sync=stream.synchronize)
             gemm = per_call_us(lambda: ctx.gemm_on_workspace(w, rows, op, n, sp, "float16"), sync=stream.synchronize)

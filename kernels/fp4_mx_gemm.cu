@@ -484,11 +484,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
 // in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
 // ones are computed; + kEarly: each warp's first chunks of weight requested before the quantizer
-// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kRing: the weight's chunks
-// stream into a ring of kUnroll shared-memory slots a warp by bulk copies (the first kUnroll
-// requested before the quantizer wait), the activations one chunk ahead in registers.
+// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kStaged: the tile's first
+// kUnroll rounds of weight (one chunk a warp each: 8 KB of codes and 1 KB of scales, contiguous
+// in the tile-major layout) bulk-copied into shared memory before the quantizer wait, then the
+// one-chunk loop.
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kRing = 64;
+              kStaged = 64;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -646,78 +647,60 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   };
   constexpr int kStep = kWarps * kUnroll;
 
-  if constexpr ((kArith & kRing) != 0) {
-    // Lane 0 of each warp keeps the warp's next kUnroll chunks (codes and scales, 1152
-    // contiguous-per-part bytes) in flight through bulk copies, each slot completed by its
-    // mbarrier; a slot is refilled once the whole warp has computed the chunk it held. No copy is
-    // left in flight at exit: chunk i + kUnroll is requested only if it exists, and every
-    // requested chunk is waited for.
-    constexpr int kSlot = 1152;
-    __shared__ __align__(128) uint8_t ring[kWarps][kUnroll][kSlot];
-    __shared__ __align__(8) uint64_t bars[kWarps][kUnroll];
-    // The warp index read from lane 0, which ptxas knows to be the same in every lane: the copies'
-    // addresses are then computed once in uniform registers, not moved there before every copy.
-    const int wu = __shfl_sync(0xffffffffu, warp, 0);
-    const uint32_t ring0 = gdn::smem_addr(&ring[wu][0][0]);
-    const uint32_t bar0 = gdn::smem_addr(&bars[wu][0]);
-    const int n_chunks = chunks > wu ? (chunks - wu + kWarps - 1) / kWarps : 0;
-    // The warp's chunk i: codes at src_w + i * kWarps * 1024, scales at src_s + i * kWarps * 128.
-    const uint8_t* src_w = w + ((long long)blockIdx.y * chunks + wu) * 1024;
-    const uint8_t* src_s = sw + ((long long)blockIdx.y * chunks + wu) * 128;
-    auto request = [&](int i, int u) {
-      const uint32_t slot = ring0 + u * kSlot, bar = bar0 + u * 8;
-      gdn::mbar_arrive_expect_tx(bar, kSlot);
-      gdn::bulk_copy_g2s(slot, src_w + (long long)i * (kWarps * 1024), 1024, bar);
-      gdn::bulk_copy_g2s(slot + 1024, src_s + (long long)i * (kWarps * 128), 128, bar);
-    };
-    if (lane == 0) {
+  if constexpr ((kArith & kStaged) != 0) {
+    // Stage u holds chunks u * kWarps .. u * kWarps + kWarps - 1 (warp w's u-th chunk at
+    // w * 1024, its scales at kWarps * 1024 + w * 128), requested by thread 0 as two bulk copies
+    // on the stage's mbarrier before the quantizer wait: the weight streams while the quantizer
+    // runs. Each stage is filled once and every requested stage is waited for, so no copy is in
+    // flight at exit.
+    constexpr int kStage = kWarps * 1152;
+    __shared__ __align__(128) uint8_t stage[kUnroll][kStage];
+    __shared__ __align__(8) uint64_t bars[kUnroll];
+    const int stages = min(kUnroll, chunks / kWarps);  // whole rounds only (K % (128 kWarps) may not be 0)
+    if (threadIdx.x == 0) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gdn::mbar_init(bar0 + u * 8, 1);
+      for (int u = 0; u < kUnroll; ++u) gdn::mbar_init(gdn::smem_addr(&bars[u]), 1);
       gdn::mbar_init_fence();
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (u < n_chunks) request(u, u);
+      for (int u = 0; u < stages; ++u) {
+        const uint32_t bar = gdn::smem_addr(&bars[u]), dst = gdn::smem_addr(&stage[u][0]);
+        const long long c = (long long)blockIdx.y * chunks + u * kWarps;
+        gdn::mbar_arrive_expect_tx(bar, kStage);
+        gdn::bulk_copy_g2s(dst, w + c * 1024, kWarps * 1024, bar);
+        gdn::bulk_copy_g2s(dst + kWarps * 1024, sw + c * 128, kWarps * 128, bar);
+      }
     }
-    __syncwarp();
+    __syncthreads();
     // Programmatic dependent launch: see w8a8_gemm.cu.
     gdn::pdl_wait();
-    // The activations one chunk ahead, in two register buffers (xb[u & 1]: chunk i's, loaded
-    // while chunk i - 1 is computed); kUnroll is even, so the buffer index is a constant.
-    static_assert(kUnroll % 2 == 0, "the ring form alternates two activation buffers");
-    const int8_t* p_xc[kGroups];
-    const float* p_sxc[kGroups];
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      p_xc[j] = p_x[j] + warp * 128;
-      p_sxc[j] = p_sx[j] + warp * 8;
-    }
-    uint4 xb[2][kGroups][2];
-    auto load_xc = [&](uint4 (&v)[kGroups][2]) {
+    // One chunk at a time: its activations from global memory, its weight from the stage or,
+    // past the stages, from global memory.
+    auto load_xc = [&](uint4 (&x)[kGroups][2], int c) {
 #pragma unroll
       for (int j = 0; j < kGroups; ++j) {
-        v[j][0] = gdn::ld_nc_v4(p_xc[j]);
-        v[j][1] = gdn::ld_nc_v4(p_xc[j] + 16);
-        p_xc[j] += kWarps * 128;
+        x[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+        x[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
       }
     };
-    if (n_chunks > 0) load_xc(xb[0]);
-    uint32_t parity = 0;
-    for (int i0 = 0; i0 < n_chunks; i0 += kUnroll, parity ^= 1) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int i = i0 + u;
-        if (i >= n_chunks) break;
-        const uint32_t slot = ring0 + u * kSlot;
-        gdn::mbar_wait(bar0 + u * 8, parity);
-        const uint4 w0 = gdn::lds_v4(slot + lane * 16), w1 = gdn::lds_v4(slot + 512 + lane * 16);
-        const uint4 s4 = gdn::lds_v4(slot + 1024 + g * 16);
-        if (i + 1 < n_chunks) load_xc(xb[(u + 1) & 1]);
-        tiled_chunk<kGroups, kArith>(w0, w1, s4, xb[u & 1], p_sxc, 0, odd, tab, acc);
-#pragma unroll
-        for (int j = 0; j < kGroups; ++j) p_sxc[j] += kWarps * 8;
-        __syncwarp();
-        if (lane == 0 && i + kUnroll < n_chunks) request(i + kUnroll, u);
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u >= stages) break;
+      const int c = warp + u * kWarps;
+      uint4 x[kGroups][2];
+      load_xc(x, c);
+      const uint32_t base = gdn::smem_addr(&stage[u][0]);
+      gdn::mbar_wait(gdn::smem_addr(&bars[u]), 0);
+      const uint4 w0 = gdn::lds_v4(base + warp * 1024 + lane * 16);
+      const uint4 w1 = gdn::lds_v4(base + warp * 1024 + 512 + lane * 16);
+      const uint4 s4 = gdn::lds_v4(base + kWarps * 1024 + warp * 128 + g * 16);
+      tiled_chunk<kGroups, kArith>(w0, w1, s4, x, p_sx, c, odd, tab, acc);
+    }
+    for (int c = warp + stages * kWarps; c < chunks; c += kWarps) {
+      uint4 x[kGroups][2];
+      const uint4 w0 = gdn::ld_stream_v4(p_w + (long long)c * 1024);
+      const uint4 w1 = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+      const uint4 s4 = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+      load_xc(x, c);
+      tiled_chunk<kGroups, kArith>(w0, w1, s4, x, p_sx, c, odd, tab, acc);
     }
   } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
