@@ -2,15 +2,18 @@
 
     PYTHONPATH=. python bench/host_overhead.py
 
-Times, per call and with a small weight so that the GPU keeps up with the host: the whole
+Times, per call (the median over bursts of calls, the GPU drained between bursts: host time, not
+the GPU's throughput), with a small weight: the whole
 ``proj`` (raw-pointer arguments), the argument checks and ``supports`` alone, and the launches
 alone (``launch``: packing arguments and two driver launches), and each launch alone (the
 quantizer; the GEMM with programmatic dependent launch, the default, and plainly); NVFP4 in both
-weight layouts. Prints a table.
+weight layouts; and the sustained rate of back-to-back proj calls (host or GPU bound). Prints a
+table.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,20 +23,38 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def per_call_us(fn, n: int = 3000, sync=None) -> float:
+def per_call_us(fn, n: int = 3000, sync=None, burst: int = 25) -> float:
+    """Median host time of one call, over bursts of ``burst`` calls. The GPU is drained (``sync``,
+    untimed) between bursts, so the launch queue never fills and a call's time is the host's
+    alone, not the GPU's throughput."""
     for _ in range(200):
         fn()
     if sync:
         sync()
+    samples = []
+    for _ in range(n // burst):
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        samples.append((time.perf_counter() - t0) / burst)
+        if sync:
+            sync()
+    return statistics.median(samples) * 1e6
+
+
+def sustained_us(fn, sync, n: int = 3000) -> float:
+    """Mean time of one call over n back-to-back calls (drained every 500): the host's cost or the
+    GPU's, whichever is larger."""
+    for _ in range(200):
+        fn()
+    sync()
     t0 = time.perf_counter()
     for i in range(n):
         fn()
-        if sync and i % 500 == 499:
+        if i % 500 == 499:
             sync()
-    dt = time.perf_counter() - t0
-    if sync:
-        sync()
-    return dt / n * 1e6
+    sync()
+    return (time.perf_counter() - t0) / n * 1e6
 
 
 def main() -> int:
@@ -53,7 +74,7 @@ def main() -> int:
     from gdn_kernels import _build
 
     print(f"{'path':12s} {'proj us':>8s} {'checks us':>9s} {'launch us':>9s} {'quant us':>9s} "
-          f"{'gemm us':>8s} {'gemm plain us':>13s}")
+          f"{'gemm us':>8s} {'gemm plain us':>13s} {'sustained proj us':>17s}")
     for fmt in ("int8", "fp8_block", "nvfp4", "nvfp4_tiles"):
         if fmt.startswith("nvfp4"):
             w, ctx, check = random_nvfp4_weight(n, k, 1), fctx, check_nvfp4_args
@@ -77,7 +98,9 @@ def main() -> int:
             pdl, _build.PDL_ENABLED = _build.PDL_ENABLED, False
             plain = per_call_us(lambda: ctx.gemm_on_workspace(w, rows, op, n, sp, "float16"), sync=stream.synchronize)
             _build.PDL_ENABLED = pdl
-        print(f"{fmt:12s} {full:8.2f} {checks:9.2f} {launch:9.2f} {quant:9.2f} {gemm:8.2f} {plain:13.2f}", flush=True)
+        sustained = sustained_us(lambda: ctx.proj(w, xp, k, rows, op, n, sp, dtype="float16"), stream.synchronize)
+        print(f"{fmt:12s} {full:8.2f} {checks:9.2f} {launch:9.2f} {quant:9.2f} {gemm:8.2f} {plain:13.2f} "
+              f"{sustained:17.2f}", flush=True)
     return 0
 
 

@@ -26,7 +26,7 @@ def _key(schedule) -> str:
     unroll, arith, min_blocks = schedule
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
-            + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_st" if arith & _build.FP4_ARITH_STAGED else ""))
+            + ("_early" if arith & _build.FP4_ARITH_EARLY else ""))
 
 
 def main() -> int:
@@ -107,8 +107,7 @@ def main() -> int:
                "then each tile-major schedule: u (chunks in flight a warp), b (CTAs a multiprocessor the registers "
                "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
-               "computed), early (first chunks' weight loaded before the quantizer wait), st (the first u rounds of "
-               "weight bulk-copied to shared memory before the quantizer wait): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "computed), early (first round's weight loaded before the quantizer wait): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",

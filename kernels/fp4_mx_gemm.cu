@@ -484,12 +484,8 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
 // in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
 // ones are computed; + kEarly: each warp's first chunks of weight requested before the quantizer
-// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kStaged: the tile's first
-// kUnroll rounds of weight (one chunk a warp each: 8 KB of codes and 1 KB of scales, contiguous
-// in the tile-major layout) bulk-copied into shared memory before the quantizer wait, then the
-// one-chunk loop.
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kStaged = 64;
+// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch).
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -647,62 +643,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   };
   constexpr int kStep = kWarps * kUnroll;
 
-  if constexpr ((kArith & kStaged) != 0) {
-    // Stage u holds chunks u * kWarps .. u * kWarps + kWarps - 1 (warp w's u-th chunk at
-    // w * 1024, its scales at kWarps * 1024 + w * 128), requested by thread 0 as two bulk copies
-    // on the stage's mbarrier before the quantizer wait: the weight streams while the quantizer
-    // runs. Each stage is filled once and every requested stage is waited for, so no copy is in
-    // flight at exit.
-    constexpr int kStage = kWarps * 1152;
-    __shared__ __align__(128) uint8_t stage[kUnroll][kStage];
-    __shared__ __align__(8) uint64_t bars[kUnroll];
-    const int stages = min(kUnroll, chunks / kWarps);  // whole rounds only (K % (128 kWarps) may not be 0)
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gdn::mbar_init(gdn::smem_addr(&bars[u]), 1);
-      gdn::mbar_init_fence();
-      for (int u = 0; u < stages; ++u) {
-        const uint32_t bar = gdn::smem_addr(&bars[u]), dst = gdn::smem_addr(&stage[u][0]);
-        const long long c = (long long)blockIdx.y * chunks + u * kWarps;
-        gdn::mbar_arrive_expect_tx(bar, kStage);
-        gdn::bulk_copy_g2s(dst, w + c * 1024, kWarps * 1024, bar);
-        gdn::bulk_copy_g2s(dst + kWarps * 1024, sw + c * 128, kWarps * 128, bar);
-      }
-    }
-    __syncthreads();
-    // Programmatic dependent launch: see w8a8_gemm.cu.
-    gdn::pdl_wait();
-    // One chunk at a time: its activations from global memory, its weight from the stage or,
-    // past the stages, from global memory.
-    auto load_xc = [&](uint4 (&x)[kGroups][2], int c) {
-#pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        x[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-        x[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
-      }
-    };
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (u >= stages) break;
-      const int c = warp + u * kWarps;
-      uint4 x[kGroups][2];
-      load_xc(x, c);
-      const uint32_t base = gdn::smem_addr(&stage[u][0]);
-      gdn::mbar_wait(gdn::smem_addr(&bars[u]), 0);
-      const uint4 w0 = gdn::lds_v4(base + warp * 1024 + lane * 16);
-      const uint4 w1 = gdn::lds_v4(base + warp * 1024 + 512 + lane * 16);
-      const uint4 s4 = gdn::lds_v4(base + kWarps * 1024 + warp * 128 + g * 16);
-      tiled_chunk<kGroups, kArith>(w0, w1, s4, x, p_sx, c, odd, tab, acc);
-    }
-    for (int c = warp + stages * kWarps; c < chunks; c += kWarps) {
-      uint4 x[kGroups][2];
-      const uint4 w0 = gdn::ld_stream_v4(p_w + (long long)c * 1024);
-      const uint4 w1 = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
-      const uint4 s4 = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
-      load_xc(x, c);
-      tiled_chunk<kGroups, kArith>(w0, w1, s4, x, p_sx, c, odd, tab, acc);
-    }
-  } else if constexpr ((kArith & kEarly) != 0) {
+  if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
     load_w(r, warp);
