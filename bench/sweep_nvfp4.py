@@ -26,7 +26,7 @@ def _key(schedule) -> str:
     unroll, arith, min_blocks = schedule
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
-            + ("_early" if arith & _build.FP4_ARITH_EARLY else ""))
+            + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else ""))
 
 
 def main() -> int:
@@ -40,7 +40,6 @@ def main() -> int:
     import cupy
 
     from gdn_kernels import Nvfp4Ctx, bench
-    from gdn_kernels.nvfp4 import _GEMM_ARGS
 
     rows_list = [int(r) for r in args.rows.split(",")]
     meta = bench.base_meta()
@@ -81,9 +80,7 @@ def main() -> int:
                     [(lambda w=w: ctx._gemm_launch(w, rows, out.data.ptr, n, stream.ptr, "bfloat16", dependent=False))
                      for w in tiled], stream, args.replays)
                 for sched in _build.FP4_TILED_SWEEP[groups]:
-                    name = _build.fp4_tiled_instance(groups, "bfloat16", sched)
-                    family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-                    ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                    ctx._set_tiled(groups, "bfloat16", sched)
                     out.fill(0xFFFF)
                     ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     if not bool((out[:rows] == ref_out[:rows]).all()):
@@ -107,7 +104,8 @@ def main() -> int:
                "then each tile-major schedule: u (chunks in flight a warp), b (CTAs a multiprocessor the registers "
                "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
-               "computed), early (first round's weight loaded before the quantizer wait): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "computed), early (first round's weight loaded before the quantizer wait), mb (B operands read pre-masked "
+               "from the quantizer's masked form): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",

@@ -187,7 +187,7 @@ def _scalar(v) -> float:
 DEFAULT_MAX_ROWS = 512
 DEFAULT_MAX_K = 17408
 _GEMM_ARGS = "PPfPPPPqiii"  # w, sw, scale2, xd, sx, gs, out, ldc, N, K, rows
-_QUANT_ARGS = "PPPPPPfiq"  # x, packed, s, gs, xd, sxf, static_gs, K, ldx
+_QUANT_ARGS = "PPPPPPfiqi"  # x, packed, s, gs, xd, sxf, static_gs, K, ldx, masked
 
 
 def supports(w: Nvfp4Weight, rows: int, dtype: str = "bfloat16", *, max_k: int = DEFAULT_MAX_K) -> Support:
@@ -233,15 +233,18 @@ class Nvfp4Ctx:
             self._packed = cupy.empty(r * k // 2, cupy.uint8)
             self._s = cupy.empty(r * k // NVFP4_BLOCK, cupy.uint8)
             self._gs = cupy.empty(r, cupy.float32)
-            self._xd = cupy.empty(r * k, cupy.int8)
+            # Two copies a row: the masked operand form of the tile-major GEMM (kernels/fp4_quant.cu).
+            self._xd = cupy.empty(2 * r * k, cupy.int8)
             self._sxf = cupy.empty(r * k // NVFP4_BLOCK, cupy.float32)
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
-        # The tile-major GEMM by token groups and output dtype.
-        self._tiled = {(groups, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_tiled_instance(groups, out),
-                                                          _GEMM_ARGS)
-                       for groups in _build.FP4_TILED_GROUPS for out in ACT_DTYPES}
+        # The tile-major GEMM by token groups and output dtype: (kernel, whether it reads the
+        # masked operand form).
+        self._tiled = {}
+        for groups in _build.FP4_TILED_GROUPS:
+            for out in ACT_DTYPES:
+                self._set_tiled(groups, out)
         # The activation quantizer by input dtype, threads and CTAs a row (_build.fp4_quant_shape).
         self._quant = {(d, t, c): self.modules.kernel("fp4_quant", _build.fp4_quant_instance(d, t, c), _QUANT_ARGS)
                        for d in ACT_DTYPES for t in _build.FP4_QUANT_THREADS for c in (1, _build.FP4_QUANT_CLUSTER)}
@@ -249,6 +252,15 @@ class Nvfp4Ctx:
     def supports(self, w: Nvfp4Weight, rows: int, dtype: str = "bfloat16") -> Support:
         """Pure: whether ``proj`` runs this case."""
         return supports(w, rows, dtype, max_k=self.max_k)
+
+    def _set_tiled(self, groups: int, dtype: str, schedule: tuple[int, int, int] | None = None) -> None:
+        """Run tile-major weights at this group count and dtype with ``schedule`` (default: the
+        shipped one, _build.FP4_TILED_SCHEDULE); the sweep and the tests try others."""
+        schedule = schedule or _build.FP4_TILED_SCHEDULE[groups]
+        name = _build.fp4_tiled_instance(groups, dtype, schedule)
+        family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
+        self._tiled[(groups, dtype)] = (self.modules.kernel(family, name, _GEMM_ARGS),
+                                        int(bool(schedule[1] & _build.FP4_ARITH_MASKED)))
 
     def proj(self, w: Nvfp4Weight, x, ldx: int, rows: int, out, ldc: int, stream=0, *,
              dtype: str | None = None, static_scale: bool = False) -> bool:
@@ -274,9 +286,11 @@ class Nvfp4Ctx:
         if _nvtx.ENABLED:
             _nvtx.push(f"gdn_kernels.nvfp4.proj[{w.n}x{w.k}]x{rows}")
         item = 2
+        tiled = w.layout == "tiles16"
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
-            self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs)
+            masked = self._tiled[(_build.fp4_groups(r), dtype)][1] if tiled else 0
+            self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs, masked=masked)
             self._gemm_launch(w, r, out + r0 * ldc * item, ldc, stream, dtype)
         if _nvtx.ENABLED:
             _nvtx.pop()
@@ -287,7 +301,7 @@ class Nvfp4Ctx:
         programmatic dependent launch, after the quantizer)."""
         if w.layout == "tiles16":
             groups = _build.fp4_groups(rows)
-            kernel, grid = self._tiled[(groups, dtype)], (-(-rows // (4 * groups)), -(-w.n // 16), 1)
+            kernel, grid = self._tiled[(groups, dtype)][0], (-(-rows // (4 * groups)), -(-w.n // 16), 1)
         else:
             tiles = _build.gemm_tiles(rows)
             kernel, grid = self._gemm[(tiles, dtype)], (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
@@ -296,13 +310,13 @@ class Nvfp4Ctx:
             out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float,
-                      shape: tuple[int, int] | None = None) -> None:
+                      shape: tuple[int, int] | None = None, masked: int = 0) -> None:
         """The activation quantizer into the workspace; shape: (threads, CTAs a row), by default
-        _build.fp4_quant_shape(k)."""
+        _build.fp4_quant_shape(k); masked: the GEMM operand in its masked form (1) or plain (0)."""
         packed, s, gs, xd, sxf = self._ws
         threads, cluster = shape or _build.fp4_quant_shape(k)
         self._quant[(dtype, threads, cluster)].launch((cluster * rows, 1, 1), threads, stream,
-                                                      x, packed, s, gs, xd, sxf, static_gs, k, ldx)
+                                                      x, packed, s, gs, xd, sxf, static_gs, k, ldx, masked)
 
     def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",
                              static_gs: float = 0.0):

@@ -484,8 +484,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // integer multiplies (FMA pipe) instead of ALU instructions; + kPinTables: the decode tables held
 // in registers (tile_tables); + kPrefetch: each warp's next chunks loaded before the current
 // ones are computed; + kEarly: each warp's first chunks of weight requested before the quantizer
-// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch).
-constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32;
+// wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kMaskedB: the activations in
+// the quantizer's masked operand form ([rows][2][K]: copy 0 keeps the even blocks of each chunk
+// and zeros the odd ones, copy 1 the reverse), so a thread loads its B operands already masked
+// (copy g % 2) instead of masking them.
+constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
+              kMaskedB = 64;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -499,6 +503,7 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
                                             float (&acc)[kGroups][2]) {
   constexpr int kArith = kArithImad & 3;
   constexpr bool kMul = kArithImad & kImad;
+  constexpr bool kPreMasked = kArithImad & kMaskedB;
   // A operands of the four block pairs: a[p] = {row g, row g+8} x {block 2p, 2p+1}.
   const uint32_t words[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   uint32_t a[4][4];
@@ -537,8 +542,8 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       int d[4];
-      const uint32_t b0 = kMul ? xw[2 * p] * keep_lo : xw[2 * p] & keep_lo;
-      const uint32_t b1 = kMul ? xw[2 * p + 1] * keep_hi : xw[2 * p + 1] & keep_hi;
+      const uint32_t b0 = kPreMasked ? xw[2 * p] : kMul ? xw[2 * p] * keep_lo : xw[2 * p] & keep_lo;
+      const uint32_t b1 = kPreMasked ? xw[2 * p + 1] : kMul ? xw[2 * p + 1] * keep_hi : xw[2 * p + 1] & keep_hi;
       mma_s8_16832(d, a[p], b0, b1, kC);
       // d[0], d[1]: row g, blocks 2p, 2p+1 of token 4j + t; d[2], d[3]: row g+8.
 #pragma unroll
@@ -587,7 +592,10 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   const float* p_sx[kGroups];
 #pragma unroll
   for (int j = 0; j < kGroups; ++j) {
-    p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
+    if constexpr ((kArith & kMaskedB) != 0)
+      p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * (2 * K) + (g & 1) * K + t * 32;
+    else
+      p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
   // This thread's code and scale bytes of chunk c: p_w + c * 1024 (+ 512), p_s + c * 128.

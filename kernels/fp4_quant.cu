@@ -7,7 +7,10 @@
 //   q  = e2m1_rn(x / (s * gs))       (a block whose s * gs is 0 stores s = 0 and codes 0)
 // Outputs in the checkpoint layouts (packed [rows, K/2], element 2j in the low nibble; s e4m3
 // [rows, K/16]; gs fp32 [rows]) and, when xd is given, the GEMM's operand form: int8 twice the
-// e2m1 value in the mma layout (see fp4_mx_gemm.cu) and the block scales as fp32.
+// e2m1 value in the mma layout (see fp4_mx_gemm.cu) and the block scales as fp32; with `masked`,
+// the operand as two copies a row ([rows][2][K]: copy 0 holds the even blocks of each 128-value
+// chunk and zeros in place of the odd ones, copy 1 the reverse), the B operands of the tile-major
+// GEMM's kMaskedB form.
 #include "gdn/convert.cuh"
 #include "gdn/ptx.cuh"
 #include "gdn/vec.cuh"
@@ -55,12 +58,13 @@ __device__ __forceinline__ int twice_e2m1(uint32_t code) {
 // x: [rows, K] at row stride ldx.  static_gs > 0: use it as every row's gs (static input_scale,
 // or a weight's scale2); 0: dynamic per row.
 // packed: [rows, K/2] codes.  s: [rows, K/16] e4m3.  gs: [rows] fp32 (may be null).
-// xd: [rows, K] int8 operand in mma layout, sxf: [rows, K/16] fp32 scales (both null to skip).
+// xd: [rows, K] int8 operand in mma layout ([rows, 2, K] when masked), sxf: [rows, K/16] fp32
+// scales (both null to skip).
 template <typename T, int kThreads, int kCluster>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(kCluster, 1, 1)
 fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t* __restrict__ s,
                  float* __restrict__ gs, int8_t* __restrict__ xd, float* __restrict__ sxf,
-                 float static_gs, int K, long long ldx) {
+                 float static_gs, int K, long long ldx, int masked) {
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
@@ -128,13 +132,20 @@ fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t*
       sxf[i_blk] = gdn::e4m3x2_to_float2(sb).x;
       // mma layout: in each 128-value chunk, thread t of a quad holds k = 4t..4t+3 of each of
       // the chunk's 8 blocks at byte 32t + 4 * (block % 8).
-      int8_t* p_d = xd + row * (long long)K + (b >> 3) * 128 + (b & 7) * 4;
+      // Masked: the word goes to copy b % 2 and a zero to the other copy.
+      int8_t* p_d = xd + row * (long long)K * (masked ? 2 : 1) + (b >> 3) * 128 + (b & 7) * 4;
+      int8_t* p_z = p_d;
+      if (masked) {
+        p_z = p_d + (long long)K * ((b & 1) ^ 1);
+        p_d += (long long)K * (b & 1);
+      }
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const uint32_t c4 = (t < 2 ? codes[0] : codes[1]) >> (16 * (t & 1));
         uint32_t word = 0u;
 #pragma unroll
         for (int i = 0; i < 4; ++i) word |= (uint32_t)(twice_e2m1((c4 >> (4 * i)) & 0xFu) & 0xff) << (8 * i);
+        if (masked) *reinterpret_cast<uint32_t*>(p_z + 32 * t) = 0u;
         *reinterpret_cast<uint32_t*>(p_d + 32 * t) = word;
       }
     }

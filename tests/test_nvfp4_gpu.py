@@ -332,7 +332,6 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
     """Each schedule of the tile-major sweep (chunks in flight, arithmetic forms, register bounds;
     _build.FP4_TILED_SWEEP) gives ctx.proj's bits, run as whole projections."""
     from gdn_kernels import _build
-    from gdn_kernels.nvfp4 import _GEMM_ARGS
 
     rng = np.random.default_rng(53)
     hw = HostFp4Weight(rng, 300, 1280, layout="tiles16")
@@ -343,9 +342,7 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
             rows = 4 * groups + (groups == 8) * 5  # every token of a CTA live, and a second CTA at 8 groups
             _, want = run(ctx, hw, x[:rows], "bfloat16")
             for schedule in _build.FP4_TILED_SWEEP[groups]:
-                name = _build.fp4_tiled_instance(groups, "bfloat16", schedule)
-                family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-                ctx._tiled[(groups, "bfloat16")] = ctx.modules.kernel(family, name, _GEMM_ARGS)
+                ctx._set_tiled(groups, "bfloat16", schedule)
                 _, got = run(ctx, hw, x[:rows], "bfloat16")
                 assert (got.view(np.uint16) == want.view(np.uint16)).all(), schedule
             ctx._tiled.update(shipped)
