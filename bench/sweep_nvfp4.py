@@ -46,7 +46,6 @@ def main() -> int:
     meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
     l2 = meta["device"]["l2_bytes"]
     ctx = Nvfp4Ctx(max_rows=max(rows_list), max_k=max(k for _, k in SHAPES))
-    shipped = dict(ctx._tiled)
     stream = cupy.cuda.Stream(non_blocking=True)
     records = []
     t0 = time.time()
@@ -70,8 +69,9 @@ def main() -> int:
             for rows in rows_list:
                 groups = _build.fp4_groups(rows)
                 rec = {"format": "nvfp4", "N": n, "K": k, "rows": rows, "floor_us": floor,
-                       "shipped": _key(_build.FP4_TILED_SCHEDULE[groups]), "schedules": {}}
-                ctx._tiled.update(shipped)
+                       "shipped": _key(_build.fp4_tiled_schedule(groups, n * k >= _build.FP4_TILED_LARGE_MIN)),
+                       "schedules": {}}
+                ctx._set_tiled(groups, "bfloat16")
                 ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                 rec["schedules"]["plain"] = timed(plain, rows)
                 # The shipped tile-major GEMM alone, on the activations quantized just now.
@@ -91,7 +91,7 @@ def main() -> int:
                     rec["schedules"][_key(sched) + " alone"] = bench.time_graph(
                         [(lambda w=w: ctx._gemm_launch(w, rows, out.data.ptr, n, stream.ptr, "bfloat16",
                                                        dependent=False)) for w in tiled], stream, args.replays)
-                ctx._tiled.update(shipped)
+                ctx._set_tiled(groups, "bfloat16")
                 times = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float) and not kk.endswith(" alone")}
                 rec["best"] = min(times, key=times.get) if times else None
                 records.append(rec)

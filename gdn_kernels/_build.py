@@ -371,6 +371,11 @@ FP4_ARITH_EARLY = 32  # the first chunks' weight loads issued before the quantiz
 FP4_ARITH_MASKED = 64  # B operands read pre-masked from the quantizer's masked operand form
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
+# Weights of at least FP4_TILED_LARGE_MIN values (N * K) take these instead where given: B
+# operands pre-masked by the quantizer gain there at 1-4 rows; on smaller weights the quantizer's
+# doubled operand costs about what the GEMM saves (sweep_nvfp4_tiles_04dcc60_h200.md).
+FP4_TILED_LARGE = {1: (1, 74, 4)}
+FP4_TILED_LARGE_MIN = 1 << 25
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
 # min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
@@ -386,6 +391,12 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
+def fp4_tiled_schedule(groups: int, large: bool) -> tuple[int, int, int]:
+    """The shipped schedule of the tile-major NVFP4 GEMM (large: a weight of at least
+    FP4_TILED_LARGE_MIN values)."""
+    return FP4_TILED_LARGE.get(groups, FP4_TILED_SCHEDULE[groups]) if large else FP4_TILED_SCHEDULE[groups]
+
+
 def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:
     unroll, arith, min_blocks = schedule or FP4_TILED_SCHEDULE[groups]
     return f"fp4_tiled_gemm_kernel<{FP4_WARPS}, {groups}, {unroll}, {arith}, {min_blocks}, {OUT_TYPES[out]}>"
@@ -393,7 +404,8 @@ def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | N
 
 def _fp4_gemm_instances() -> tuple[str, ...]:
     return (tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)
-            + tuple(fp4_tiled_instance(g, o) for g in FP4_TILED_GROUPS for o in OUT_TYPES))
+            + tuple(dict.fromkeys(fp4_tiled_instance(g, o, fp4_tiled_schedule(g, large)) for g in FP4_TILED_GROUPS
+                                  for large in (False, True) for o in OUT_TYPES)))
 
 
 def _fp4_sweep_instances() -> tuple[str, ...]:

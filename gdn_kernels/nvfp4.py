@@ -239,9 +239,11 @@ class Nvfp4Ctx:
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
-        # The tile-major GEMM by token groups and output dtype: (kernel, whether it reads the
-        # masked operand form).
+        # The tile-major GEMM by token groups, output dtype and weight size (large: at least
+        # _build.FP4_TILED_LARGE_MIN values): (kernel, whether it reads the masked operand form).
         self._tiled = {}
+        # Each launch's kernels and grids by (N, K, layout, rows, dtype), chosen once.
+        self._plans = {}
         for groups in _build.FP4_TILED_GROUPS:
             for out in ACT_DTYPES:
                 self._set_tiled(groups, out)
@@ -254,13 +256,35 @@ class Nvfp4Ctx:
         return supports(w, rows, dtype, max_k=self.max_k)
 
     def _set_tiled(self, groups: int, dtype: str, schedule: tuple[int, int, int] | None = None) -> None:
-        """Run tile-major weights at this group count and dtype with ``schedule`` (default: the
-        shipped one, _build.FP4_TILED_SCHEDULE); the sweep and the tests try others."""
-        schedule = schedule or _build.FP4_TILED_SCHEDULE[groups]
-        name = _build.fp4_tiled_instance(groups, dtype, schedule)
-        family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-        self._tiled[(groups, dtype)] = (self.modules.kernel(family, name, _GEMM_ARGS),
-                                        int(bool(schedule[1] & _build.FP4_ARITH_MASKED)))
+        """Run tile-major weights of every size at this group count and dtype with ``schedule``
+        (the sweep and the tests try them); None: the shipped ones (_build.fp4_tiled_schedule)."""
+        for large in (False, True):
+            sched = schedule or _build.fp4_tiled_schedule(groups, large)
+            name = _build.fp4_tiled_instance(groups, dtype, sched)
+            family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
+            self._tiled[(groups, dtype, large)] = (self.modules.kernel(family, name, _GEMM_ARGS),
+                                                   int(bool(sched[1] & _build.FP4_ARITH_MASKED)))
+        self._plans.clear()
+
+    def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
+        """(quantizer, its grid, its threads, masked operand, GEMM, its grid) of rows <= max_rows."""
+        key = (w.n, w.k, w.layout, rows, dtype)
+        plan = self._plans.get(key)
+        if plan is None:
+            threads, cluster = _build.fp4_quant_shape(w.k)
+            if w.layout == "tiles16":
+                groups = _build.fp4_groups(rows)
+                gemm, masked = self._tiled[(groups, dtype, w.n * w.k >= _build.FP4_TILED_LARGE_MIN)]
+                grid = (-(-rows // (4 * groups)), -(-w.n // 16), 1)
+            else:
+                tiles = _build.gemm_tiles(rows)
+                gemm, masked = self._gemm[(tiles, dtype)], 0
+                grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
+            if len(self._plans) > 4096:
+                self._plans.clear()
+            plan = self._plans[key] = (self._quant[(dtype, threads, cluster)], (cluster * rows, 1, 1), threads,
+                                       masked, gemm, grid)
+        return plan
 
     def proj(self, w: Nvfp4Weight, x, ldx: int, rows: int, out, ldc: int, stream=0, *,
              dtype: str | None = None, static_scale: bool = False) -> bool:
@@ -286,28 +310,25 @@ class Nvfp4Ctx:
         if _nvtx.ENABLED:
             _nvtx.push(f"gdn_kernels.nvfp4.proj[{w.n}x{w.k}]x{rows}")
         item = 2
-        tiled = w.layout == "tiles16"
+        packed, s, gs, xd, sxf = self._ws
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
-            masked = self._tiled[(_build.fp4_groups(r), dtype)][1] if tiled else 0
-            self._quant_launch(x + r0 * ldx * item, ldx, r, w.k, stream, dtype, static_gs, masked=masked)
-            self._gemm_launch(w, r, out + r0 * ldc * item, ldc, stream, dtype)
+            quant, qgrid, threads, masked, gemm, grid = self._plan(w, r, dtype)
+            quant.launch(qgrid, threads, stream, x + r0 * ldx * item, packed, s, gs, xd, sxf, static_gs, w.k, ldx,
+                         masked)
+            gemm.launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, xd, sxf, gs,
+                                  out + r0 * ldc * item, ldc, w.n, w.k, r)
         if _nvtx.ENABLED:
             _nvtx.pop()
 
     def _gemm_launch(self, w: Nvfp4Weight, rows: int, out: int, ldc: int, stream: int, dtype: str,
                      dependent: bool = True) -> None:
-        """The GEMM of rows <= max_rows on the workspace's quantized activations (dependent: with
-        programmatic dependent launch, after the quantizer)."""
-        if w.layout == "tiles16":
-            groups = _build.fp4_groups(rows)
-            kernel, grid = self._tiled[(groups, dtype)][0], (-(-rows // (4 * groups)), -(-w.n // 16), 1)
-        else:
-            tiles = _build.gemm_tiles(rows)
-            kernel, grid = self._gemm[(tiles, dtype)], (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
-        (kernel.launch_dependent if dependent else kernel.launch)(
-            grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, self._ws[3], self._ws[4], self._ws[2],
-            out, ldc, w.n, w.k, rows)
+        """Only the GEMM of rows <= max_rows, on the workspace's quantized activations (the sweep
+        and host_overhead; dependent: with programmatic dependent launch, after the quantizer)."""
+        gemm, grid = self._plan(w, rows, dtype)[4:]
+        _, _, gs, xd, sxf = self._ws
+        (gemm.launch_dependent if dependent else gemm.launch)(
+            grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, xd, sxf, gs, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float,
                       shape: tuple[int, int] | None = None, masked: int = 0) -> None:

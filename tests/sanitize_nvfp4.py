@@ -1,6 +1,7 @@
 """Small NVFP4 workload for compute-sanitizer (memcheck, racecheck), CuPy's pool off: ragged N,
 strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too), both weight layouts
-(every token-group count of the tile-major kernel)."""
+(every token-group count of the tile-major kernel), and the large-weight schedules (the masked
+operand form) forced on the same weights."""
 
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ def main() -> int:
     import cupy
 
     cupy.cuda.set_allocator(None)
-    from gdn_kernels import Nvfp4Ctx
+    from gdn_kernels import Nvfp4Ctx, _build
     from gdn_kernels.bench import random_nvfp4_weight
 
     ctx = Nvfp4Ctx(max_rows=32, max_k=1024)
     rng = np.random.default_rng(0)
-    for n, k in ((16, 128), (200, 384), (129, 1024)):
-        w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))
-        for weight in (w, w.tile_major()):
-            for rows in (1, 3, 7, 9, 17, 70):
-                ldx, ldc = k + 8, n + 3
-                x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
-                out = cupy.empty((rows, ldc), cupy.float16)
-                assert ctx.proj(weight, x, ldx, rows, out, ldc)
+    for large_min in (_build.FP4_TILED_LARGE_MIN, 1):
+        _build.FP4_TILED_LARGE_MIN = large_min
+        ctx._plans.clear()
+        for n, k in ((16, 128), (200, 384), (129, 1024)):
+            w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))
+            for weight in (w, w.tile_major()):
+                for rows in (1, 3, 7, 9, 17, 70):
+                    ldx, ldc = k + 8, n + 3
+                    x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
+                    out = cupy.empty((rows, ldc), cupy.float16)
+                    assert ctx.proj(weight, x, ldx, rows, out, ldc)
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

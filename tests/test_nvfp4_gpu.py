@@ -328,6 +328,34 @@ def test_tile_major_gives_the_plain_layouts_bits(ctx, n, kb, rows, dtype, ldx_pa
     check(hw, x, tiled, dtype)
 
 
+def test_large_weight_schedules_give_the_plain_layouts_bits(ctx, monkeypatch):
+    """The schedules of large weights (_build.FP4_TILED_LARGE, with the quantizer's masked operand
+    form), here forced on small ragged weights by lowering the size threshold, give the plain
+    layout's bits at 1 to 9 rows and write nothing outside the output."""
+    from gdn_kernels import _build
+
+    monkeypatch.setattr(_build, "FP4_TILED_LARGE_MIN", 1)
+    ctx._plans.clear()
+    try:
+        rng = np.random.default_rng(61)
+        for n, k in ((37, 384), (300, 1280), (16, 128)):
+            hw = HostFp4Weight(rng, n, k)
+            tiled = hw.w.tile_major()
+            for rows in (1, 2, 3, 4, 5, 9):
+                x = random_activations(rng, rows, k, "bfloat16", outliers=True)
+                ok, plain = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
+                groups = _build.fp4_groups(rows)
+                assert ctx._plan(tiled, rows, "bfloat16")[3] == int(
+                    bool(_build.fp4_tiled_schedule(groups, True)[1] & _build.FP4_ARITH_MASKED))
+                plain_w, hw.w = hw.w, tiled
+                ok_t, got = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
+                hw.w = plain_w
+                assert ok and ok_t
+                assert (got.view(np.uint16) == plain.view(np.uint16)).all(), (n, k, rows)
+    finally:
+        ctx._plans.clear()
+
+
 def test_every_tile_major_schedule_gives_the_same_bits(ctx):
     """Each schedule of the tile-major sweep (chunks in flight, arithmetic forms, register bounds;
     _build.FP4_TILED_SWEEP) gives ctx.proj's bits, run as whole projections."""
@@ -336,7 +364,6 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
     rng = np.random.default_rng(53)
     hw = HostFp4Weight(rng, 300, 1280, layout="tiles16")
     x = random_activations(rng, 40, 1280, "bfloat16", outliers=True)
-    shipped = dict(ctx._tiled)
     try:
         for groups in _build.FP4_TILED_GROUPS:
             rows = 4 * groups + (groups == 8) * 5  # every token of a CTA live, and a second CTA at 8 groups
@@ -345,9 +372,10 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
                 ctx._set_tiled(groups, "bfloat16", schedule)
                 _, got = run(ctx, hw, x[:rows], "bfloat16")
                 assert (got.view(np.uint16) == want.view(np.uint16)).all(), schedule
-            ctx._tiled.update(shipped)
+            ctx._set_tiled(groups, "bfloat16")
     finally:
-        ctx._tiled.update(shipped)
+        for groups in _build.FP4_TILED_GROUPS:
+            ctx._set_tiled(groups, "bfloat16")
 
 
 def test_tile_major_copy_is_the_documented_order_and_frees_its_source():
