@@ -26,7 +26,8 @@ def _key(schedule) -> str:
     unroll, arith, min_blocks = schedule
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
-            + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else ""))
+            + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else "")
+            + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else ""))
 
 
 def main() -> int:
@@ -105,7 +106,8 @@ def main() -> int:
                "must allow); the arithmetic direct, or cf (conversion-free), ms (magic block sums); im (shifts and "
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
                "computed), early (first round's weight loaded before the quantizer wait), mb (B operands read pre-masked "
-               "from the quantizer's masked form): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "from the quantizer's masked form), l2 (the first wave's CTAs prefetch their tiles into L2 before the "
+               "quantizer wait): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",

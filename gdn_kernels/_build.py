@@ -369,6 +369,7 @@ FP4_ARITH_PIN = 8  # the decode tables held in registers instead of copied befor
 FP4_ARITH_PREFETCH = 16  # the next chunks' loads issued before the current ones are computed
 FP4_ARITH_EARLY = 32  # the first chunks' weight loads issued before the quantizer wait
 FP4_ARITH_MASKED = 64  # B operands read pre-masked from the quantizer's masked operand form
+FP4_ARITH_L2_FIRST = 128  # the first wave's CTAs prefetch their whole tile into L2 before the wait
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # Weights of at least FP4_TILED_LARGE_MIN values (N * K) take these instead where given: B
@@ -379,10 +380,10 @@ FP4_TILED_LARGE_MIN = 1 << 25
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
 # min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
-    1: ((1, 10, 4), (1, 74, 4), (1, 74, 5), (2, 42, 0), (4, 42, 0), (4, 106, 0)),
-    2: ((1, 1, 0), (1, 65, 0), (1, 10, 2), (1, 74, 2), (4, 33, 0)),
-    4: ((1, 10, 2), (1, 74, 2), (1, 1, 0), (1, 65, 0)),
-    8: ((1, 10, 1), (1, 74, 1), (1, 1, 0), (1, 9, 0)),
+    1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5)),
+    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2)),
+    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0)),
+    8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0)),
 }
 
 

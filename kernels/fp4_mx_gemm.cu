@@ -487,9 +487,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // wait (fp4_tiled_gemm_kernel's main loop; not with kPrefetch); + kMaskedB: the activations in
 // the quantizer's masked operand form ([rows][2][K]: copy 0 keeps the even blocks of each chunk
 // and zeros the odd ones, copy 1 the reverse), so a thread loads its B operands already masked
-// (copy g % 2) instead of masking them.
+// (copy g % 2) instead of masking them; + kL2First: each CTA of the first wave (the first
+// kMinBlocks CTAs a multiprocessor in launch order) asks L2 for its whole tile (one bulk
+// prefetch of codes and one of scales) before the quantizer wait, so the weight streams while
+// the quantizer runs.
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kMaskedB = 64;
+              kMaskedB = 64, kL2First = 128;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -651,6 +654,15 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   };
   constexpr int kStep = kWarps * kUnroll;
 
+  if constexpr ((kArith & kL2First) != 0) {
+    uint32_t n_sm;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(n_sm));
+    const uint32_t block = blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0 && block < n_sm * (kMinBlocks > 0 ? kMinBlocks : 1)) {
+      gdn::prefetch_l2_bulk(w + (long long)blockIdx.y * chunks * 1024, chunks * 1024);
+      gdn::prefetch_l2_bulk(sw + (long long)blockIdx.y * chunks * 128, chunks * 128);
+    }
+  }
   if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;

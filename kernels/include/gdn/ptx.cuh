@@ -96,3 +96,13 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 }  // namespace gdn
+
+namespace gdn {
+
+// Asks L2 to fetch `bytes` (a multiple of 16) from global p (16-byte aligned) in the background:
+// one bulk prefetch (sm_90), no registers or shared memory touched.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+
+}  // namespace gdn
