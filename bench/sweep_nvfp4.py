@@ -70,7 +70,7 @@ def main() -> int:
             for rows in rows_list:
                 groups = _build.fp4_groups(rows)
                 rec = {"format": "nvfp4", "N": n, "K": k, "rows": rows, "floor_us": floor,
-                       "shipped": _key(_build.fp4_tiled_schedule(groups, n * k >= _build.FP4_TILED_LARGE_MIN)),
+                       "shipped": _key(_build.fp4_tiled_schedule(groups, _build.fp4_tiled_size(n, k))),
                        "schedules": {}}
                 ctx._set_tiled(groups, "bfloat16")
                 ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")

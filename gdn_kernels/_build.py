@@ -372,10 +372,16 @@ FP4_ARITH_MASKED = 64  # B operands read pre-masked from the quantizer's masked 
 FP4_ARITH_L2_FIRST = 128  # the first wave's CTAs prefetch their whole tile into L2 before the wait
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
-# Weights of at least FP4_TILED_LARGE_MIN values (N * K) take these instead where given: B
-# operands pre-masked by the quantizer gain there at 1-4 rows; on smaller weights the quantizer's
-# doubled operand costs about what the GEMM saves (sweep_nvfp4_tiles_04dcc60_h200.md).
-FP4_TILED_LARGE = {1: (1, 74, 4)}
+# Weights by size (N * K values) take these instead where given (sweep_nvfp4_tiles_92a497d_h200.md):
+# "small", at most FP4_TILED_SMALL_MAX values: the first wave's CTAs prefetch their tiles into L2
+# before the quantizer wait, so the whole weight streams while the quantizer runs (on larger
+# weights the prefetches delay the demand loads: slower); "large", at least FP4_TILED_LARGE_MIN
+# values: B operands pre-masked by the quantizer gain at 1-4 rows (on smaller weights the
+# quantizer's doubled operand costs about what the GEMM saves; at 8+ rows the doubled operand
+# leaves L1).
+FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
+                     "large": {1: (1, 74, 4)}}
+FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
 # min_blocks of 0 leaves the register count to ptxas.
@@ -392,10 +398,15 @@ def fp4_groups(rows: int) -> int:
     return 1 if rows <= 4 else 2 if rows <= 8 else 4 if rows <= 16 else 8
 
 
-def fp4_tiled_schedule(groups: int, large: bool) -> tuple[int, int, int]:
-    """The shipped schedule of the tile-major NVFP4 GEMM (large: a weight of at least
-    FP4_TILED_LARGE_MIN values)."""
-    return FP4_TILED_LARGE.get(groups, FP4_TILED_SCHEDULE[groups]) if large else FP4_TILED_SCHEDULE[groups]
+def fp4_tiled_size(n: int, k: int) -> str:
+    """The size class of an [n, k] weight for the tile-major NVFP4 schedules (FP4_TILED_BY_SIZE)."""
+    values = n * k
+    return "small" if values <= FP4_TILED_SMALL_MAX else "large" if values >= FP4_TILED_LARGE_MIN else "base"
+
+
+def fp4_tiled_schedule(groups: int, size: str) -> tuple[int, int, int]:
+    """The shipped schedule of the tile-major NVFP4 GEMM at this group count and size class."""
+    return FP4_TILED_BY_SIZE[size].get(groups, FP4_TILED_SCHEDULE[groups])
 
 
 def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:
@@ -405,8 +416,8 @@ def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | N
 
 def _fp4_gemm_instances() -> tuple[str, ...]:
     return (tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)
-            + tuple(dict.fromkeys(fp4_tiled_instance(g, o, fp4_tiled_schedule(g, large)) for g in FP4_TILED_GROUPS
-                                  for large in (False, True) for o in OUT_TYPES)))
+            + tuple(dict.fromkeys(fp4_tiled_instance(g, o, fp4_tiled_schedule(g, size)) for g in FP4_TILED_GROUPS
+                                  for size in FP4_TILED_BY_SIZE for o in OUT_TYPES)))
 
 
 def _fp4_sweep_instances() -> tuple[str, ...]:

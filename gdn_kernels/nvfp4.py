@@ -239,8 +239,8 @@ class Nvfp4Ctx:
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
                       for tiles in _build.GEMM_TILES for out in ACT_DTYPES}
-        # The tile-major GEMM by token groups, output dtype and weight size (large: at least
-        # _build.FP4_TILED_LARGE_MIN values): (kernel, whether it reads the masked operand form).
+        # The tile-major GEMM by token groups, output dtype and weight size class
+        # (_build.fp4_tiled_size): (kernel, whether it reads the masked operand form).
         self._tiled = {}
         # Each launch's kernels and grids by (N, K, layout, rows, dtype), chosen once.
         self._plans = {}
@@ -258,12 +258,12 @@ class Nvfp4Ctx:
     def _set_tiled(self, groups: int, dtype: str, schedule: tuple[int, int, int] | None = None) -> None:
         """Run tile-major weights of every size at this group count and dtype with ``schedule``
         (the sweep and the tests try them); None: the shipped ones (_build.fp4_tiled_schedule)."""
-        for large in (False, True):
-            sched = schedule or _build.fp4_tiled_schedule(groups, large)
+        for size in _build.FP4_TILED_BY_SIZE:
+            sched = schedule or _build.fp4_tiled_schedule(groups, size)
             name = _build.fp4_tiled_instance(groups, dtype, sched)
             family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-            self._tiled[(groups, dtype, large)] = (self.modules.kernel(family, name, _GEMM_ARGS),
-                                                   int(bool(sched[1] & _build.FP4_ARITH_MASKED)))
+            self._tiled[(groups, dtype, size)] = (self.modules.kernel(family, name, _GEMM_ARGS),
+                                                  int(bool(sched[1] & _build.FP4_ARITH_MASKED)))
         self._plans.clear()
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
@@ -274,7 +274,7 @@ class Nvfp4Ctx:
             threads, cluster = _build.fp4_quant_shape(w.k)
             if w.layout == "tiles16":
                 groups = _build.fp4_groups(rows)
-                gemm, masked = self._tiled[(groups, dtype, w.n * w.k >= _build.FP4_TILED_LARGE_MIN)]
+                gemm, masked = self._tiled[(groups, dtype, _build.fp4_tiled_size(w.n, w.k))]
                 grid = (-(-rows // (4 * groups)), -(-w.n // 16), 1)
             else:
                 tiles = _build.gemm_tiles(rows)

@@ -1,7 +1,7 @@
 """Small NVFP4 workload for compute-sanitizer (memcheck, racecheck), CuPy's pool off: ragged N,
 strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too), both weight layouts
-(every token-group count of the tile-major kernel), and the large-weight schedules (the masked
-operand form) forced on the same weights."""
+(every token-group count of the tile-major kernel), each weight-size class's schedules forced on
+the same weights (_build.FP4_TILED_BY_SIZE: the L2 prefetch, the masked operand form)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ def main() -> int:
 
     ctx = Nvfp4Ctx(max_rows=32, max_k=1024)
     rng = np.random.default_rng(0)
-    for large_min in (_build.FP4_TILED_LARGE_MIN, 1):
-        _build.FP4_TILED_LARGE_MIN = large_min
+    # Each size class of tile-major schedules in turn (the weights here are small: the thresholds move).
+    for small_max, large_min in ((1 << 40, 1 << 41), (0, 1 << 41), (0, 1)):
+        _build.FP4_TILED_SMALL_MAX, _build.FP4_TILED_LARGE_MIN = small_max, large_min
         ctx._plans.clear()
         for n, k in ((16, 128), (200, 384), (129, 1024)):
             w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))

@@ -328,25 +328,27 @@ def test_tile_major_gives_the_plain_layouts_bits(ctx, n, kb, rows, dtype, ldx_pa
     check(hw, x, tiled, dtype)
 
 
-def test_large_weight_schedules_give_the_plain_layouts_bits(ctx, monkeypatch):
-    """The schedules of large weights (_build.FP4_TILED_LARGE, with the quantizer's masked operand
-    form), here forced on small ragged weights by lowering the size threshold, give the plain
-    layout's bits at 1 to 9 rows and write nothing outside the output."""
+@pytest.mark.parametrize("size", ["small", "base", "large"])
+def test_size_class_schedules_give_the_plain_layouts_bits(ctx, monkeypatch, size):
+    """Each weight-size class's schedules (_build.FP4_TILED_BY_SIZE: the first wave's L2 prefetch,
+    the masked operand form), forced on small ragged weights by moving the size thresholds, give
+    the plain layout's bits at 1 to 17 rows and write nothing outside the output."""
     from gdn_kernels import _build
 
-    monkeypatch.setattr(_build, "FP4_TILED_LARGE_MIN", 1)
+    monkeypatch.setattr(_build, "FP4_TILED_SMALL_MAX", 1 << 40 if size == "small" else 0)
+    monkeypatch.setattr(_build, "FP4_TILED_LARGE_MIN", 1 if size == "large" else 1 << 41)
     ctx._plans.clear()
     try:
         rng = np.random.default_rng(61)
         for n, k in ((37, 384), (300, 1280), (16, 128)):
             hw = HostFp4Weight(rng, n, k)
             tiled = hw.w.tile_major()
-            for rows in (1, 2, 3, 4, 5, 9):
+            assert _build.fp4_tiled_size(n, k) == size
+            for rows in (1, 2, 3, 4, 5, 9, 17):
                 x = random_activations(rng, rows, k, "bfloat16", outliers=True)
                 ok, plain = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
-                groups = _build.fp4_groups(rows)
-                assert ctx._plan(tiled, rows, "bfloat16")[3] == int(
-                    bool(_build.fp4_tiled_schedule(groups, True)[1] & _build.FP4_ARITH_MASKED))
+                sched = _build.fp4_tiled_schedule(_build.fp4_groups(rows), size)
+                assert ctx._plan(tiled, rows, "bfloat16")[3] == int(bool(sched[1] & _build.FP4_ARITH_MASKED))
                 plain_w, hw.w = hw.w, tiled
                 ok_t, got = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
                 hw.w = plain_w
