@@ -383,8 +383,8 @@ FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, 
                      "large": {1: (1, 74, 4)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
-# Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the shipped one first. A
-# min_blocks of 0 leaves the register count to ptxas.
+# Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
+# (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
     1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5)),
     2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2)),

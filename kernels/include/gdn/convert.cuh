@@ -61,9 +61,12 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 }
 
 // The constant k in a register that ptxas keeps for the whole kernel (lane: the caller's lane
-// index; every lane gets lane 0's value, k). A prmt table word that is a plain constant is
-// copied into a fresh register before every prmt that uses it, an IMAD each time; a value read
-// from another lane is not recomputed that way.
+// index; every lane gets the value of lane threadIdx.y, 0 in the one-dimensional CTAs that call
+// it: k). A prmt table word that is a plain constant is copied into a fresh register before every
+// prmt that uses it, an IMAD each time; a value read from another lane is not recomputed that
+// way. Read from lane 0, ptxas may know it to be warp-uniform and hold it in a uniform register,
+// which prmt cannot take, and the copies come back (seen in a sweep form at 707bdbf); the lane
+// threadIdx.y it cannot know to be the same in every lane.
 __device__ __forceinline__ uint32_t pinned(uint32_t k, int lane) {
   return __shfl_sync(0xffffffffu, k + lane, threadIdx.y);
 }
