@@ -404,6 +404,14 @@ def fp4_tiled_size(n: int, k: int) -> str:
     return "small" if values <= FP4_TILED_SMALL_MAX else "large" if values >= FP4_TILED_LARGE_MIN else "base"
 
 
+def fp4_masked_rows() -> int:
+    """Rows of the largest slice any shipped or swept tile-major schedule reads in the masked
+    operand form (FP4_ARITH_MASKED): the workspace holds the second copy for that many rows only."""
+    scheds = [(g, s) for table in FP4_TILED_BY_SIZE.values() for g, s in table.items()]
+    scheds += [(g, s) for g, ss in FP4_TILED_SWEEP.items() for s in ss]
+    return max((4 * g for g, s in scheds if s[1] & FP4_ARITH_MASKED), default=0)
+
+
 def fp4_tiled_schedule(groups: int, size: str) -> tuple[int, int, int]:
     """The shipped schedule of the tile-major NVFP4 GEMM at this group count and size class."""
     return FP4_TILED_BY_SIZE[size].get(groups, FP4_TILED_SCHEDULE[groups])

@@ -208,7 +208,7 @@ def quantize_nvfp4_weight(arr: _ptr.DevArray):
     """
     import cupy
 
-    from gdn_kernels import _build
+    from gdn_kernels import _build, nvfp4
 
     if len(arr.shape) != 2:
         raise ValueError(f"weight must be [N, K], got shape {arr.shape}")
@@ -225,7 +225,7 @@ def quantize_nvfp4_weight(arr: _ptr.DevArray):
     scale = cupy.empty((n, k // 16), cupy.uint8)
     mods = _build.device_modules(cupy.cuda.Device().id)
     threads = _build.FP4_WEIGHT_QUANT[1]
-    kern = mods.kernel("fp4_quant", _build.fp4_quant_instance(*_build.FP4_WEIGHT_QUANT), "PPPPPPfiqi")
+    kern = mods.kernel("fp4_quant", _build.fp4_quant_instance(*_build.FP4_WEIGHT_QUANT), nvfp4._QUANT_ARGS)
     stream = cupy.cuda.get_current_stream()
     kern.launch((n, 1, 1), threads, stream.ptr,
                 w.data.ptr, packed.data.ptr, scale.data.ptr, 0, 0, 0, float(scale2), k, k, 0)

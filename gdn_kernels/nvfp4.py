@@ -233,8 +233,10 @@ class Nvfp4Ctx:
             self._packed = cupy.empty(r * k // 2, cupy.uint8)
             self._s = cupy.empty(r * k // NVFP4_BLOCK, cupy.uint8)
             self._gs = cupy.empty(r, cupy.float32)
-            # Two copies a row: the masked operand form of the tile-major GEMM (kernels/fp4_quant.cu).
-            self._xd = cupy.empty(2 * r * k, cupy.int8)
+            # The operand, and room for its second copy where a slice of rows may take the masked
+            # form of the tile-major GEMM (two copies a row, kernels/fp4_quant.cu).
+            self._masked_rows = min(r, _build.fp4_masked_rows())
+            self._xd = cupy.empty((r + self._masked_rows) * k, cupy.int8)
             self._sxf = cupy.empty(r * k // NVFP4_BLOCK, cupy.float32)
         self._ws = (self._packed.data.ptr, self._s.data.ptr, self._gs.data.ptr, self._xd.data.ptr, self._sxf.data.ptr)
         self._gemm = {(tiles, out): self.modules.kernel("fp4_mx_gemm", _build.fp4_gemm_instance(tiles, out), _GEMM_ARGS)
@@ -260,14 +262,17 @@ class Nvfp4Ctx:
         (the sweep and the tests try them); None: the shipped ones (_build.fp4_tiled_schedule)."""
         for size in _build.FP4_TILED_BY_SIZE:
             sched = schedule or _build.fp4_tiled_schedule(groups, size)
+            masked = int(bool(sched[1] & _build.FP4_ARITH_MASKED))
+            if masked and min(self.max_rows, 4 * groups) > self._masked_rows:
+                raise ValueError(f"the workspace holds the masked operand for {self._masked_rows} rows, "
+                                 f"not {4 * groups} (_build.fp4_masked_rows)")
             name = _build.fp4_tiled_instance(groups, dtype, sched)
             family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-            self._tiled[(groups, dtype, size)] = (self.modules.kernel(family, name, _GEMM_ARGS),
-                                                  int(bool(sched[1] & _build.FP4_ARITH_MASKED)))
+            self._tiled[(groups, dtype, size)] = (self.modules.kernel(family, name, _GEMM_ARGS), masked)
         self._plans.clear()
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
-        """(quantizer, its grid, its threads, masked operand, GEMM, its grid) of rows <= max_rows."""
+        """(quantizer, its threads, CTAs a row, masked operand, GEMM, its grid) of rows <= max_rows."""
         key = (w.n, w.k, w.layout, rows, dtype)
         plan = self._plans.get(key)
         if plan is None:
@@ -282,9 +287,20 @@ class Nvfp4Ctx:
                 grid = (-(-rows // (8 * tiles)), -(-w.n // 16), 1)
             if len(self._plans) > 4096:
                 self._plans.clear()
-            plan = self._plans[key] = (self._quant[(dtype, threads, cluster)], (cluster * rows, 1, 1), threads,
-                                       masked, gemm, grid)
+            plan = self._plans[key] = (self._quant[(dtype, threads, cluster)], threads, cluster, masked, gemm, grid)
         return plan
+
+    def _run_quant(self, plan: tuple, x: int, ldx: int, rows: int, k: int, stream: int, static_gs: float) -> None:
+        quant, threads, cluster, masked = plan[:4]
+        packed, s, gs, xd, sxf = self._ws
+        quant.launch((cluster * rows, 1, 1), threads, stream, x, packed, s, gs, xd, sxf, static_gs, k, ldx, masked)
+
+    def _run_gemm(self, plan: tuple, w: Nvfp4Weight, rows: int, out: int, ldc: int, stream: int,
+                  dependent: bool) -> None:
+        gemm, grid = plan[4:]
+        _, _, gs, xd, sxf = self._ws
+        (gemm.launch_dependent if dependent else gemm.launch)(
+            grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, xd, sxf, gs, out, ldc, w.n, w.k, rows)
 
     def proj(self, w: Nvfp4Weight, x, ldx: int, rows: int, out, ldc: int, stream=0, *,
              dtype: str | None = None, static_scale: bool = False) -> bool:
@@ -310,14 +326,11 @@ class Nvfp4Ctx:
         if _nvtx.ENABLED:
             _nvtx.push(f"gdn_kernels.nvfp4.proj[{w.n}x{w.k}]x{rows}")
         item = 2
-        packed, s, gs, xd, sxf = self._ws
         for r0 in range(0, rows, self.max_rows):
             r = min(self.max_rows, rows - r0)
-            quant, qgrid, threads, masked, gemm, grid = self._plan(w, r, dtype)
-            quant.launch(qgrid, threads, stream, x + r0 * ldx * item, packed, s, gs, xd, sxf, static_gs, w.k, ldx,
-                         masked)
-            gemm.launch_dependent(grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, xd, sxf, gs,
-                                  out + r0 * ldc * item, ldc, w.n, w.k, r)
+            plan = self._plan(w, r, dtype)
+            self._run_quant(plan, x + r0 * ldx * item, ldx, r, w.k, stream, static_gs)
+            self._run_gemm(plan, w, r, out + r0 * ldc * item, ldc, stream, True)
         if _nvtx.ENABLED:
             _nvtx.pop()
 
@@ -325,19 +338,15 @@ class Nvfp4Ctx:
                      dependent: bool = True) -> None:
         """Only the GEMM of rows <= max_rows, on the workspace's quantized activations (the sweep
         and host_overhead; dependent: with programmatic dependent launch, after the quantizer)."""
-        gemm, grid = self._plan(w, rows, dtype)[4:]
-        _, _, gs, xd, sxf = self._ws
-        (gemm.launch_dependent if dependent else gemm.launch)(
-            grid, 32 * _build.FP4_WARPS, stream, w.packed, w.scale, w.scale2, xd, sxf, gs, out, ldc, w.n, w.k, rows)
+        self._run_gemm(self._plan(w, rows, dtype), w, rows, out, ldc, stream, dependent)
 
     def _quant_launch(self, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str, static_gs: float,
-                      shape: tuple[int, int] | None = None, masked: int = 0) -> None:
-        """The activation quantizer into the workspace; shape: (threads, CTAs a row), by default
-        _build.fp4_quant_shape(k); masked: the GEMM operand in its masked form (1) or plain (0)."""
-        packed, s, gs, xd, sxf = self._ws
+                      shape: tuple[int, int] | None = None) -> None:
+        """Only the activation quantizer (plain operand form) into the workspace (tests,
+        host_overhead); shape: (threads, CTAs a row), by default _build.fp4_quant_shape(k)."""
         threads, cluster = shape or _build.fp4_quant_shape(k)
-        self._quant[(dtype, threads, cluster)].launch((cluster * rows, 1, 1), threads, stream,
-                                                      x, packed, s, gs, xd, sxf, static_gs, k, ldx, masked)
+        self._run_quant((self._quant[(dtype, threads, cluster)], threads, cluster, 0), x, ldx, rows, k, stream,
+                        static_gs)
 
     def quantize_activations(self, x: int, ldx: int, rows: int, k: int, stream=0, *, dtype: str = "bfloat16",
                              static_gs: float = 0.0):
