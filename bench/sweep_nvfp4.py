@@ -27,14 +27,15 @@ def _key(schedule) -> str:
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
             + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else "")
-            + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else ""))
+            + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else "")
+            + (f"_t{_build.fp4_schedule_tokens(schedule)}" if _build.fp4_schedule_tokens(schedule) else ""))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--name", default="sweep_nvfp4")
-    ap.add_argument("--rows", default="1,4,8,16,64")
+    ap.add_argument("--rows", default="1,2,4,8,16,64")
     ap.add_argument("--replays", type=int, default=20)
     args = ap.parse_args()
 
@@ -70,7 +71,7 @@ def main() -> int:
             for rows in rows_list:
                 groups = _build.fp4_groups(rows)
                 rec = {"format": "nvfp4", "N": n, "K": k, "rows": rows, "floor_us": floor,
-                       "shipped": _key(_build.fp4_tiled_schedule(groups, _build.fp4_tiled_size(n, k))),
+                       "shipped": _key(_build.fp4_slice_schedule(rows, _build.fp4_tiled_size(n, k))),
                        "schedules": {}}
                 ctx._set_tiled(groups, "bfloat16")
                 ctx.proj(plain[0], x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
@@ -80,7 +81,7 @@ def main() -> int:
                 rec["gemm_alone"] = bench.time_graph(
                     [(lambda w=w: ctx._gemm_launch(w, rows, out.data.ptr, n, stream.ptr, "bfloat16", dependent=False))
                      for w in tiled], stream, args.replays)
-                for sched in _build.FP4_TILED_SWEEP[groups]:
+                for sched in _build.FP4_TILED_SWEEP[groups] + _build.FP4_TILED_FEW_SWEEP.get(rows, ()):
                     ctx._set_tiled(groups, "bfloat16", sched)
                     out.fill(0xFFFF)
                     ctx.proj(tiled[0], x.data.ptr, k, rows, out.data.ptr, n, stream.ptr, dtype="bfloat16")
@@ -107,7 +108,7 @@ def main() -> int:
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
                "computed), early (first round's weight loaded before the quantizer wait), mb (B operands read pre-masked "
                "from the quantizer's masked form), l2 (the first wave's CTAs prefetch their tiles into L2 before the "
-               "quantizer wait): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "quantizer wait), t1 / t2 (the few-token form for slices of 1 / 2 rows): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",

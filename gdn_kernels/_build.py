@@ -370,6 +370,11 @@ FP4_ARITH_PREFETCH = 16  # the next chunks' loads issued before the current ones
 FP4_ARITH_EARLY = 32  # the first chunks' weight loads issued before the quantizer wait
 FP4_ARITH_MASKED = 64  # B operands read pre-masked from the quantizer's masked operand form
 FP4_ARITH_L2_FIRST = 128  # the first wave's CTAs prefetch their whole tile into L2 before the wait
+# The few-token form (one group; kernels/fp4_mx_gemm.cu, few_token_stream): the MMA's columns carry
+# 4 consecutive chunks of one token (TOK1, slices of 1 row) or 2 of two tokens (TOK2, at most 2 rows)
+# instead of 4 tokens, so each thread converts and scales only its own chunk's block sums.
+FP4_ARITH_TOK1 = 256
+FP4_ARITH_TOK2 = 512
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # Weights by size (N * K values) take these instead where given (sweep_nvfp4_tiles_92a497d_h200.md):
@@ -383,6 +388,9 @@ FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, 
                      "large": {1: (1, 74, 4)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
+# Slices of 1 and 2 rows take the few-token form where given here, by size class and rows.
+FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 394, 3), 2: (1, 650, 4)}, "base": {1: (1, 266, 3), 2: (1, 522, 4)},
+                         "large": {1: (1, 266, 3), 2: (1, 522, 4)}}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
@@ -390,6 +398,11 @@ FP4_TILED_SWEEP = {
     2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2)),
     4: ((1, 10, 2), (1, 138, 2), (1, 1, 0)),
     8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0)),
+}
+# Few-token schedules the sweep adds at 1 and 2 rows.
+FP4_TILED_FEW_SWEEP = {
+    1: ((1, 266, 3), (1, 266, 2), (1, 330, 3), (1, 394, 3)),
+    2: ((1, 522, 4), (1, 522, 3), (1, 586, 4), (1, 650, 4)),
 }
 
 
@@ -404,17 +417,32 @@ def fp4_tiled_size(n: int, k: int) -> str:
     return "small" if values <= FP4_TILED_SMALL_MAX else "large" if values >= FP4_TILED_LARGE_MIN else "base"
 
 
+def fp4_schedule_tokens(schedule: tuple[int, int, int]) -> int:
+    """Rows a slice may have for a few-token schedule (1 or 2); 0 for the others."""
+    arith = schedule[1]
+    return 1 if arith & FP4_ARITH_TOK1 else 2 if arith & FP4_ARITH_TOK2 else 0
+
+
 def fp4_masked_rows() -> int:
     """Rows of the largest slice any shipped or swept tile-major schedule reads in the masked
     operand form (FP4_ARITH_MASKED): the workspace holds the second copy for that many rows only."""
     scheds = [(g, s) for table in FP4_TILED_BY_SIZE.values() for g, s in table.items()]
     scheds += [(g, s) for g, ss in FP4_TILED_SWEEP.items() for s in ss]
-    return max((4 * g for g, s in scheds if s[1] & FP4_ARITH_MASKED), default=0)
+    rows = [4 * g for g, s in scheds if s[1] & FP4_ARITH_MASKED]
+    few = [s for table in FP4_TILED_FEW_BY_SIZE.values() for s in table.values()]
+    few += [s for ss in FP4_TILED_FEW_SWEEP.values() for s in ss]
+    rows += [fp4_schedule_tokens(s) for s in few if s[1] & FP4_ARITH_MASKED]
+    return max(rows, default=0)
 
 
 def fp4_tiled_schedule(groups: int, size: str) -> tuple[int, int, int]:
     """The shipped schedule of the tile-major NVFP4 GEMM at this group count and size class."""
     return FP4_TILED_BY_SIZE[size].get(groups, FP4_TILED_SCHEDULE[groups])
+
+
+def fp4_slice_schedule(rows: int, size: str) -> tuple[int, int, int]:
+    """The shipped schedule that runs a slice of this many rows (the few-token one where given)."""
+    return FP4_TILED_FEW_BY_SIZE[size].get(rows) or fp4_tiled_schedule(fp4_groups(rows), size)
 
 
 def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:
@@ -423,14 +451,16 @@ def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | N
 
 
 def _fp4_gemm_instances() -> tuple[str, ...]:
+    scheds = [(g, fp4_tiled_schedule(g, size)) for g in FP4_TILED_GROUPS for size in FP4_TILED_BY_SIZE]
+    scheds += [(1, s) for table in FP4_TILED_FEW_BY_SIZE.values() for s in table.values()]
     return (tuple(fp4_gemm_instance(t, o) for t in GEMM_TILES for o in OUT_TYPES)
-            + tuple(dict.fromkeys(fp4_tiled_instance(g, o, fp4_tiled_schedule(g, size)) for g in FP4_TILED_GROUPS
-                                  for size in FP4_TILED_BY_SIZE for o in OUT_TYPES)))
+            + tuple(dict.fromkeys(fp4_tiled_instance(g, o, s) for g, s in scheds for o in OUT_TYPES)))
 
 
 def _fp4_sweep_instances() -> tuple[str, ...]:
     shipped = set(_fp4_gemm_instances())
-    names = (fp4_tiled_instance(g, "bfloat16", s) for g in FP4_TILED_GROUPS for s in FP4_TILED_SWEEP[g][1:])
+    names = [fp4_tiled_instance(g, "bfloat16", s) for g in FP4_TILED_GROUPS for s in FP4_TILED_SWEEP[g][1:]]
+    names += [fp4_tiled_instance(1, "bfloat16", s) for ss in FP4_TILED_FEW_SWEEP.values() for s in ss]
     return tuple(dict.fromkeys(n for n in names if n not in shipped))
 
 

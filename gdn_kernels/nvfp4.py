@@ -244,6 +244,8 @@ class Nvfp4Ctx:
         # The tile-major GEMM by token groups, output dtype and weight size class
         # (_build.fp4_tiled_size): (kernel, whether it reads the masked operand form).
         self._tiled = {}
+        # Slices of 1 and 2 rows where a few-token schedule runs them: (rows, dtype, size class).
+        self._few = {}
         # Each launch's kernels and grids by (N, K, layout, rows, dtype), chosen once.
         self._plans = {}
         for groups in _build.FP4_TILED_GROUPS:
@@ -259,17 +261,37 @@ class Nvfp4Ctx:
 
     def _set_tiled(self, groups: int, dtype: str, schedule: tuple[int, int, int] | None = None) -> None:
         """Run tile-major weights of every size at this group count and dtype with ``schedule``
-        (the sweep and the tests try them); None: the shipped ones (_build.fp4_tiled_schedule)."""
+        (the sweep and the tests try them); None: the shipped ones (_build.fp4_tiled_schedule and,
+        at one group, _build.FP4_TILED_FEW_BY_SIZE). A few-token schedule (_build.FP4_ARITH_TOK1,
+        TOK2) then runs only the slices of its 1 or 2 rows, in place of the shipped one there;
+        any other schedule at one group runs every slice of 1 to 4 rows."""
+        few = _build.fp4_schedule_tokens(schedule) if schedule else 0
+        if few and groups != 1:
+            raise ValueError(f"a few-token schedule runs one group, not {groups}")
         for size in _build.FP4_TILED_BY_SIZE:
+            if few:
+                self._few[(few, dtype, size)] = self._tiled_kernel(1, dtype, schedule, few)
+                continue
             sched = schedule or _build.fp4_tiled_schedule(groups, size)
-            masked = int(bool(sched[1] & _build.FP4_ARITH_MASKED))
-            if masked and min(self.max_rows, 4 * groups) > self._masked_rows:
-                raise ValueError(f"the workspace holds the masked operand for {self._masked_rows} rows, "
-                                 f"not {4 * groups} (_build.fp4_masked_rows)")
-            name = _build.fp4_tiled_instance(groups, dtype, sched)
-            family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-            self._tiled[(groups, dtype, size)] = (self.modules.kernel(family, name, _GEMM_ARGS), masked)
+            self._tiled[(groups, dtype, size)] = self._tiled_kernel(groups, dtype, sched, 4 * groups)
+            if groups == 1:
+                for rows in (1, 2):
+                    sched = None if schedule else _build.FP4_TILED_FEW_BY_SIZE[size].get(rows)
+                    if sched:
+                        self._few[(rows, dtype, size)] = self._tiled_kernel(1, dtype, sched, rows)
+                    else:
+                        self._few.pop((rows, dtype, size), None)
         self._plans.clear()
+
+    def _tiled_kernel(self, groups: int, dtype: str, sched: tuple[int, int, int], rows: int) -> tuple:
+        """(kernel, whether it reads the masked operand form) of a schedule for slices of up to ``rows``."""
+        masked = int(bool(sched[1] & _build.FP4_ARITH_MASKED))
+        if masked and min(self.max_rows, rows) > self._masked_rows:
+            raise ValueError(f"the workspace holds the masked operand for {self._masked_rows} rows, "
+                             f"not {rows} (_build.fp4_masked_rows)")
+        name = _build.fp4_tiled_instance(groups, dtype, sched)
+        family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
+        return self.modules.kernel(family, name, _GEMM_ARGS), masked
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
         """(quantizer, its threads, CTAs a row, masked operand, GEMM, its grid) of rows <= max_rows."""
@@ -278,8 +300,8 @@ class Nvfp4Ctx:
         if plan is None:
             threads, cluster = _build.fp4_quant_shape(w.k)
             if w.layout == "tiles16":
-                groups = _build.fp4_groups(rows)
-                gemm, masked = self._tiled[(groups, dtype, _build.fp4_tiled_size(w.n, w.k))]
+                groups, size = _build.fp4_groups(rows), _build.fp4_tiled_size(w.n, w.k)
+                gemm, masked = self._few.get((rows, dtype, size)) or self._tiled[(groups, dtype, size)]
                 grid = (-(-rows // (4 * groups)), -(-w.n // 16), 1)
             else:
                 tiles = _build.gemm_tiles(rows)

@@ -490,9 +490,10 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // (copy g % 2) instead of masking them; + kL2First: each CTA of the first wave (the first
 // kMinBlocks CTAs a multiprocessor in launch order) asks L2 for its whole tile (one bulk
 // prefetch of codes and one of scales) before the quantizer wait, so the weight streams while
-// the quantizer runs.
+// the quantizer runs; + kTok1 or kTok2: the few-token form (few_token_stream) for slices of at most
+// one or two rows.
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kMaskedB = 64, kL2First = 128;
+              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -563,6 +564,137 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
       }
     }
   }
+}
+
+// D = A * B + D, A [16, 32] s8 row-major, B [32, 8] s8 col-major, int32.
+__device__ __forceinline__ void mma_s8_16832_acc(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The few-token form: one warp's chunk stream for a slice of at most kTok (1 or 2) tokens.
+//
+// With 4 tokens the MMA's 8 columns are (token, block parity) and thread t of a quad holds
+// token t; with fewer, tokens t >= kTok would repeat token 0's sums, and every thread would
+// convert and scale all 16 block sums of every chunk for one useful quarter (or half). Here the
+// columns carry kSlots = 4 / kTok consecutive chunks of the warp's stream instead: column n is
+// (slot n / 2 / kTok, token n / 2 % kTok, parity n % 2). For each block pair p one chain of MMAs
+// runs over the slots, slot s's MMA with chunk s's weights and B zero outside slot s's columns,
+// so thread t ends with every block sum of its own slot t / kTok, token t % kTok: it converts
+// and scales only those. The fp32 accumulation per (row, token) still runs block by block in
+// stream order: in round s the quad's threads of slot s add their chunk's 8 blocks (the others'
+// results are discarded), then every thread of the token takes that sum from them (a shuffle).
+// Each term is fma(isum * sw, sa, acc), the same rounding as fma(isum, sa * sw, acc) of the
+// other forms (both products are exact: |isum| < 2^12 and sa, sw are e4m3 values), so the
+// outputs are theirs bit for bit. Magic sums only.
+//
+// p_w, p_s: this thread's code and scale bytes of chunk 0 (as fp4_tiled_gemm_kernel);
+// p_xb: its B column's activation operand row (token (g / 2) % kTok), at byte t * 32;
+// p_sa: the activation block scales of its token t % kTok. acc: rows g and g + 8 of that token.
+// One round: the kValid chunks c0, c0 + kWarps, ... (slots 0 .. kValid - 1) of the stream.
+template <int kWarps, int kTok, int kArith, int kValid>
+__device__ __forceinline__ void few_token_round(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
+                                                const float* p_sa, int c0, int slot_b, int slot, int src0,
+                                                uint32_t keep_lo, const TileTables& tab, float (&acc)[2]) {
+  constexpr bool kPreMasked = (kArith & kMaskedB) != 0;
+  uint4 wv[kValid][2];
+#pragma unroll
+  for (int s = 0; s < kValid; ++s) {
+    wv[s][0] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024);
+    wv[s][1] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024 + 512);
+  }
+  uint4 xv0 = make_uint4(0, 0, 0, 0), xv1 = xv0, sb4 = xv0;
+  float4 sal = make_float4(0.f, 0.f, 0.f, 0.f), sah = sal;
+  if (slot_b < kValid) {
+    const int8_t* p = p_xb + (long long)(c0 + slot_b * kWarps) * 128;
+    xv0 = gdn::ld_nc_v4(p);
+    xv1 = gdn::ld_nc_v4(p + 16);
+  }
+  if (slot < kValid) {
+    const int c = c0 + slot * kWarps;
+    sb4 = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+    const float4* p_a = reinterpret_cast<const float4*>(p_sa + c * 8);
+    sal = __ldg(p_a);
+    sah = __ldg(p_a + 1);
+  }
+  uint32_t xw[8] = {xv0.x, xv0.y, xv0.z, xv0.w, xv1.x, xv1.y, xv1.z, xv1.w};
+  if constexpr (!kPreMasked) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xw[i] &= (i & 1) ? ~keep_lo : keep_lo;
+  }
+  // The chains: d[p] = magic + the block sums of pair p, each column from its own slot.
+  int d[4][4];
+#pragma unroll
+  for (int s = 0; s < kValid; ++s) {
+    const uint32_t words[8] = {wv[s][0].x, wv[s][0].y, wv[s][0].z, wv[s][0].w,
+                               wv[s][1].x, wv[s][1].y, wv[s][1].z, wv[s][1].w};
+    const bool mine = slot_b == s;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      uint32_t a[4];
+      decode_tile_word<false>(words[2 * p], tab, a[0], a[2]);
+      decode_tile_word<false>(words[2 * p + 1], tab, a[1], a[3]);
+      const uint32_t b0 = mine ? xw[2 * p] : 0u, b1 = mine ? xw[2 * p + 1] : 0u;
+      if (s == 0)
+        mma_s8_16832(d[p], a, b0, b1, kSumMagic);
+      else
+        mma_s8_16832_acc(d[p], a, b0, b1);
+    }
+  }
+  // This thread's chunk: y = isum * sw (exact) for rows g (r = 0) and g + 8, blocks 0..7.
+  const uint32_t sb[2][2] = {{sb4.x, sb4.y}, {sb4.z, sb4.w}};
+  float y[2][8];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int b = 0; b < 8; b += 2) {
+      const float2 v = gdn::e4m3x2_to_float2(sb[r][b >> 2] >> (8 * (b & 3)));
+      y[r][b] = gdn::mul_rn(gdn::add_rn(__int_as_float(d[b >> 1][2 * r]), -kSumMagicF), v.x);
+      y[r][b + 1] = gdn::mul_rn(gdn::add_rn(__int_as_float(d[b >> 1][2 * r + 1]), -kSumMagicF), v.y);
+    }
+  const float sa[8] = {sal.x, sal.y, sal.z, sal.w, sah.x, sah.y, sah.z, sah.w};
+  // The rounds of the fp32 sums, in stream order.
+#pragma unroll
+  for (int s = 0; s < kValid; ++s) {
+    float a0 = acc[0], a1 = acc[1];
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      a0 = gdn::fma_rn(y[0][b], sa[b], a0);
+      a1 = gdn::fma_rn(y[1][b], sa[b], a1);
+    }
+    acc[0] = __shfl_sync(0xffffffffu, a0, src0 + s * kTok);
+    acc[1] = __shfl_sync(0xffffffffu, a1, src0 + s * kTok);
+  }
+}
+
+template <int kWarps, int kTok, int kArith>
+__device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
+                                                 const float* p_sa, int chunks, int warp, int lane,
+                                                 const TileTables& tab, float (&acc)[2]) {
+  static_assert((kArith & 3) == kMagicSum && (kArith & (kImad | kPrefetch | kEarly)) == 0,
+                "the few-token form runs the magic sums, without the IMAD, prefetch and early forms");
+  constexpr int kSlots = 4 / kTok;
+  const int g = lane >> 2, t = lane & 3;
+  const int slot_b = (g >> 1) / kTok;  // the slot of this thread's B column
+  const int slot = t / kTok;           // the slot of this thread's D columns
+  const int src0 = (lane & ~3) | (t % kTok);  // the quad's lane of this token and slot 0
+  const uint32_t keep_lo = (g & 1) ? 0u : 0xffffffffu;
+  int c0 = warp;
+  for (; c0 + (kSlots - 1) * kWarps < chunks; c0 += kWarps * kSlots)
+    few_token_round<kWarps, kTok, kArith, kSlots>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  // The stream's last chunks (fewer than kSlots; a warp-uniform count).
+  const int left = c0 < chunks ? (chunks - c0 + kWarps - 1) / kWarps : 0;
+  if constexpr (kSlots > 2) {
+    if (left == 3)
+      few_token_round<kWarps, kTok, kArith, 3>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+    if (left == 2)
+      few_token_round<kWarps, kTok, kArith, 2>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  }
+  if (left == 1)
+    few_token_round<kWarps, kTok, kArith, 1>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
 }
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
@@ -663,7 +795,17 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       gdn::prefetch_l2_bulk(sw + (long long)blockIdx.y * chunks * 128, chunks * 128);
     }
   }
-  if constexpr ((kArith & kEarly) != 0) {
+  if constexpr ((kArith & (kTok1 | kTok2)) != 0) {
+    static_assert(kGroups == 1 && kUnroll == 1, "the few-token form takes one group, one chunk a slot");
+    constexpr int kTok = (kArith & kTok1) ? 1 : 2;
+    // B column g: token (g / 2) % kTok; D columns of thread t: token t % kTok.
+    const long long tok_b = min(tok0 + (g >> 1) % kTok, rows - 1);
+    const int8_t* p_xb = (kArith & kMaskedB) != 0 ? xd + tok_b * (2 * K) + (g & 1) * K + t * 32
+                                                  : xd + tok_b * K + t * 32;
+    const float* p_sa = sx + (long long)min(tok0 + t % kTok, rows - 1) * blocks;
+    gdn::pdl_wait();
+    few_token_stream<kWarps, kTok, kArith>(p_w, p_s, p_xb, p_sa, chunks, warp, lane, tab, acc[0]);
+  } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
     load_w(r, warp);

@@ -347,7 +347,7 @@ def test_size_class_schedules_give_the_plain_layouts_bits(ctx, monkeypatch, size
             for rows in (1, 2, 3, 4, 5, 9, 17):
                 x = random_activations(rng, rows, k, "bfloat16", outliers=True)
                 ok, plain = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
-                sched = _build.fp4_tiled_schedule(_build.fp4_groups(rows), size)
+                sched = _build.fp4_slice_schedule(rows, size)
                 assert ctx._plan(tiled, rows, "bfloat16")[3] == int(bool(sched[1] & _build.FP4_ARITH_MASKED))
                 plain_w, hw.w = hw.w, tiled
                 ok_t, got = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
@@ -378,6 +378,38 @@ def test_every_tile_major_schedule_gives_the_same_bits(ctx):
     finally:
         for groups in _build.FP4_TILED_GROUPS:
             ctx._set_tiled(groups, "bfloat16")
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_few_token_schedules_give_the_plain_layouts_bits(ctx, rows):
+    """Each few-token schedule (_build.FP4_TILED_FEW_SWEEP, FP4_TILED_FEW_BY_SIZE: the MMA's columns
+    on 4 or 2 chunks of one or two tokens) gives the plain layout's bits on ragged weights whose
+    warp streams end in whole rounds and in tails of 1, 2 and 3 chunks, and writes nothing
+    outside the output; a schedule for 1 row leaves 2-row slices to the others."""
+    from gdn_kernels import _build
+
+    rng = np.random.default_rng(67 + rows)
+    scheds = set(_build.FP4_TILED_FEW_SWEEP[rows])
+    scheds |= {t[rows] for t in _build.FP4_TILED_FEW_BY_SIZE.values() if rows in t}
+    try:
+        for n, k in ((37, 1280), (300, 5888), (24, 7552), (16, 128)):
+            hw = HostFp4Weight(rng, n, k)
+            tiled = hw.w.tile_major()
+            x = random_activations(rng, 2, k, "bfloat16", outliers=True)
+            _, plain = run(ctx, hw, x[:rows], "bfloat16", ldx_pad=8, ldc_pad=3)
+            _, plain2 = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
+            hw.w = tiled
+            for sched in sorted(scheds):
+                assert _build.fp4_schedule_tokens(sched) == rows
+                ctx._set_tiled(1, "bfloat16", sched)
+                assert ctx._plan(tiled, rows, "bfloat16")[4] is ctx._few[(rows, "bfloat16", _build.fp4_tiled_size(n, k))][0]
+                _, got = run(ctx, hw, x[:rows], "bfloat16", ldx_pad=8, ldc_pad=3)
+                assert (got.view(np.uint16) == plain.view(np.uint16)).all(), (n, k, sched)
+                if rows == 1:
+                    _, got2 = run(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=3)
+                    assert (got2.view(np.uint16) == plain2.view(np.uint16)).all(), (n, k, sched)
+    finally:
+        ctx._set_tiled(1, "bfloat16")
 
 
 def test_tile_major_copy_is_the_documented_order_and_frees_its_source():
