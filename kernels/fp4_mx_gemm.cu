@@ -491,7 +491,7 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // kMinBlocks CTAs a multiprocessor in launch order) asks L2 for its whole tile (one bulk
 // prefetch of codes and one of scales) before the quantizer wait, so the weight streams while
 // the quantizer runs; + kTok1 or kTok2: the few-token form (few_token_stream) for slices of at most
-// one or two rows.
+// one or two rows (with kEarly: its first round's weight codes requested before the wait).
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
               kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
@@ -595,17 +595,23 @@ __device__ __forceinline__ void mma_s8_16832_acc(int (&d)[4], const uint32_t (&a
 // p_xb: its B column's activation operand row (token (g / 2) % kTok), at byte t * 32;
 // p_sa: the activation block scales of its token t % kTok. acc: rows g and g + 8 of that token.
 // One round: the kValid chunks c0, c0 + kWarps, ... (slots 0 .. kValid - 1) of the stream.
-template <int kWarps, int kTok, int kArith, int kValid>
-__device__ __forceinline__ void few_token_round(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
-                                                const float* p_sa, int c0, int slot_b, int slot, int src0,
-                                                uint32_t keep_lo, const TileTables& tab, float (&acc)[2]) {
-  constexpr bool kPreMasked = (kArith & kMaskedB) != 0;
-  uint4 wv[kValid][2];
+// The round's weight codes (wv: its kValid chunks).
+template <int kWarps, int kValid>
+__device__ __forceinline__ void few_token_weights(uint4 (&wv)[kValid][2], const uint8_t* p_w, int c0) {
 #pragma unroll
   for (int s = 0; s < kValid; ++s) {
     wv[s][0] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024);
     wv[s][1] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024 + 512);
   }
+}
+
+// The rest of the round, once its weight codes are requested.
+template <int kWarps, int kTok, int kArith, int kValid>
+__device__ __forceinline__ void few_token_round(const uint4 (&wv)[kValid][2], const uint8_t* p_s,
+                                                const int8_t* p_xb, const float* p_sa, int c0, int slot_b,
+                                                int slot, int src0, uint32_t keep_lo, const TileTables& tab,
+                                                float (&acc)[2]) {
+  constexpr bool kPreMasked = (kArith & kMaskedB) != 0;
   uint4 xv0 = make_uint4(0, 0, 0, 0), xv1 = xv0, sb4 = xv0;
   float4 sal = make_float4(0.f, 0.f, 0.f, 0.f), sah = sal;
   if (slot_b < kValid) {
@@ -670,31 +676,58 @@ __device__ __forceinline__ void few_token_round(const uint8_t* p_w, const uint8_
   }
 }
 
+// kEarly: the first round's weight codes are requested before the quantizer wait.
 template <int kWarps, int kTok, int kArith>
 __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
                                                  const float* p_sa, int chunks, int warp, int lane,
                                                  const TileTables& tab, float (&acc)[2]) {
-  static_assert((kArith & 3) == kMagicSum && (kArith & (kImad | kPrefetch | kEarly)) == 0,
-                "the few-token form runs the magic sums, without the IMAD, prefetch and early forms");
+  static_assert((kArith & 3) == kMagicSum && (kArith & (kImad | kPrefetch)) == 0,
+                "the few-token form runs the magic sums, without the IMAD and prefetch forms");
   constexpr int kSlots = 4 / kTok;
   const int g = lane >> 2, t = lane & 3;
   const int slot_b = (g >> 1) / kTok;  // the slot of this thread's B column
   const int slot = t / kTok;           // the slot of this thread's D columns
   const int src0 = (lane & ~3) | (t % kTok);  // the quad's lane of this token and slot 0
   const uint32_t keep_lo = (g & 1) ? 0u : 0xffffffffu;
+  auto whole = [&](int c0) { return c0 + (kSlots - 1) * kWarps < chunks; };
   int c0 = warp;
-  for (; c0 + (kSlots - 1) * kWarps < chunks; c0 += kWarps * kSlots)
-    few_token_round<kWarps, kTok, kArith, kSlots>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  if constexpr ((kArith & kEarly) != 0) {
+    if (whole(c0)) {
+      uint4 wv[kSlots][2];
+      few_token_weights<kWarps, kSlots>(wv, p_w, c0);
+      gdn::pdl_wait();  // programmatic dependent launch: see w8a8_gemm.cu
+      few_token_round<kWarps, kTok, kArith, kSlots>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+      c0 += kWarps * kSlots;
+    } else {
+      gdn::pdl_wait();
+    }
+  } else {
+    gdn::pdl_wait();
+  }
+  for (; whole(c0); c0 += kWarps * kSlots) {
+    uint4 wv[kSlots][2];
+    few_token_weights<kWarps, kSlots>(wv, p_w, c0);
+    few_token_round<kWarps, kTok, kArith, kSlots>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  }
   // The stream's last chunks (fewer than kSlots; a warp-uniform count).
   const int left = c0 < chunks ? (chunks - c0 + kWarps - 1) / kWarps : 0;
   if constexpr (kSlots > 2) {
-    if (left == 3)
-      few_token_round<kWarps, kTok, kArith, 3>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
-    if (left == 2)
-      few_token_round<kWarps, kTok, kArith, 2>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+    if (left == 3) {
+      uint4 wv[3][2];
+      few_token_weights<kWarps, 3>(wv, p_w, c0);
+      few_token_round<kWarps, kTok, kArith, 3>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+    }
+    if (left == 2) {
+      uint4 wv[2][2];
+      few_token_weights<kWarps, 2>(wv, p_w, c0);
+      few_token_round<kWarps, kTok, kArith, 2>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+    }
   }
-  if (left == 1)
-    few_token_round<kWarps, kTok, kArith, 1>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  if (left == 1) {
+    uint4 wv[1][2];
+    few_token_weights<kWarps, 1>(wv, p_w, c0);
+    few_token_round<kWarps, kTok, kArith, 1>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+  }
 }
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
@@ -803,7 +836,6 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     const int8_t* p_xb = (kArith & kMaskedB) != 0 ? xd + tok_b * (2 * K) + (g & 1) * K + t * 32
                                                   : xd + tok_b * K + t * 32;
     const float* p_sa = sx + (long long)min(tok0 + t % kTok, rows - 1) * blocks;
-    gdn::pdl_wait();
     few_token_stream<kWarps, kTok, kArith>(p_w, p_s, p_xb, p_sa, chunks, warp, lane, tab, acc[0]);
   } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
