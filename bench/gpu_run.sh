@@ -5,7 +5,8 @@
 # exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
 # (benchmark JSON and markdown). GDN_TESTS selects tests; SANITIZE_FAMILIES the sanitizer's
 # workloads (w8a8 nvfp4); BENCH_ARGS is passed to both benchmarks,
-# SWEEP_ARGS to the schedule sweeps (steps sweep and sweep_nvfp4, not in the default list).
+# SWEEP_ARGS to the schedule sweeps (steps sweep and sweep_nvfp4, not in the default list);
+# read_pattern: a read-only kernel in the NVFP4 GEMM's access pattern (bench/read_pattern.py).
 set -u
 OUT=${OUT:-/tmp/gdn_out}
 mkdir -p "$OUT/results"
@@ -43,6 +44,7 @@ for step in $steps; do
     bench_nvfp4) run bench bench_nvfp4 python3 bench/bench_nvfp4.py --out "$OUT/results" --name nvfp4_h200 ${BENCH_ARGS:-} ;;
     sweep_nvfp4) run bench sweep_nvfp4 python3 bench/sweep_nvfp4.py --out "$OUT/results" --name sweep_nvfp4_h200 ${SWEEP_ARGS:-} ;;
     host) run bench host_overhead python3 bench/host_overhead.py ;;
+    read_pattern) run bench read_pattern python3 bench/read_pattern.py ;;
     profile)
       # ncu filtered by the library's NVTX range must show its two kernels (quantizer, GEMM).
       GDN_KERNELS_NVTX=1 run profile ncu_int8 timeout 200 ncu --nvtx --nvtx-include "regex:gdn_kernels\.int8\.proj.*/" \

@@ -383,14 +383,18 @@ FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # weights the prefetches delay the demand loads: slower); "large", at least FP4_TILED_LARGE_MIN
 # values: B operands pre-masked by the quantizer gain at 1-4 rows (on smaller weights the
 # quantizer's doubled operand costs about what the GEMM saves; at 8+ rows the doubled operand
-# leaves L1).
+# leaves L1); "long", a large weight of K >= FP4_TILED_LONG_K: the large schedules, but the
+# few-token form at 1 row (below).
 FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
-                     "large": {1: (1, 74, 4)}}
+                     "large": {1: (1, 74, 4)}, "long": {1: (1, 74, 4)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
-# Slices of 1 and 2 rows take the few-token form where given here, by size class and rows.
-FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 394, 3), 2: (1, 650, 4)}, "base": {1: (1, 266, 3), 2: (1, 522, 4)},
-                         "large": {1: (1, 266, 3), 2: (1, 522, 4)}}
+FP4_TILED_LONG_K = 8192
+# Slices of 1 and 2 rows take the few-token form where given here, by size class and rows
+# (sweep_nvfp4_few_20049a8_h200.md: at 1 row, with its first round requested before the
+# quantizer wait, 3-5% faster on [2048, 4096], [5120, 6144] and [5120, 17408], even on
+# [12288, 2048], 2-4% slower on [34816, 5120] and [16384, 5120]; at 2 rows within -3% to +12%).
+FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 426, 3)}, "base": {1: (1, 298, 3)}, "large": {}, "long": {1: (1, 298, 3)}}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
@@ -414,7 +418,11 @@ def fp4_groups(rows: int) -> int:
 def fp4_tiled_size(n: int, k: int) -> str:
     """The size class of an [n, k] weight for the tile-major NVFP4 schedules (FP4_TILED_BY_SIZE)."""
     values = n * k
-    return "small" if values <= FP4_TILED_SMALL_MAX else "large" if values >= FP4_TILED_LARGE_MIN else "base"
+    if values <= FP4_TILED_SMALL_MAX:
+        return "small"
+    if values < FP4_TILED_LARGE_MIN:
+        return "base"
+    return "long" if k >= FP4_TILED_LONG_K else "large"
 
 
 def fp4_schedule_tokens(schedule: tuple[int, int, int]) -> int:

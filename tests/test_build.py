@@ -86,3 +86,24 @@ def test_every_chosen_gemm_schedule_is_compiled():
         for tiles in _build.GEMM_TILES:
             for cfg in _build.gemm_configs(fmt, tiles):
                 assert _build.gemm_instance(fmt, tiles, "bfloat16", "float32", cfg) in names
+
+
+def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
+    """Every tile-major NVFP4 schedule a slice may run is a shipped (compiled) instance; a
+    few-token schedule runs only slices of at most its rows, and the model shapes fall in the
+    size classes the schedule tables were measured on."""
+    names = set(_build.FAMILIES["fp4_mx_gemm"].instances)
+    sizes = {(2048, 4096): "small", (12288, 2048): "base", (5120, 6144): "base", (16384, 5120): "large",
+             (34816, 5120): "large", (5120, 17408): "long"}
+    for (n, k), size in sizes.items():
+        assert _build.fp4_tiled_size(n, k) == size
+    for size in _build.FP4_TILED_BY_SIZE:
+        for rows in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32):
+            sched = _build.fp4_slice_schedule(rows, size)
+            tokens = _build.fp4_schedule_tokens(sched)
+            assert tokens == 0 or rows <= tokens, (size, rows, sched)
+            assert _build.fp4_tiled_instance(_build.fp4_groups(rows), "bfloat16", sched) in names
+            assert _build.fp4_tiled_instance(_build.fp4_groups(rows), "float16", sched) in names
+    for table in _build.FP4_TILED_FEW_BY_SIZE.values():
+        for rows, sched in table.items():
+            assert _build.fp4_schedule_tokens(sched) == rows
