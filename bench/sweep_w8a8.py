@@ -56,6 +56,7 @@ def main() -> int:
     import cupy
 
     from gdn_kernels import W8a8Ctx, _build, bench
+    from gdn_kernels.w8a8 import _FMT
 
     shapes = SHAPES + [tuple(int(v) for v in s.split(",")) for s in args.shape]
     rows_list = [int(r) for r in args.rows.split(",")]
@@ -99,11 +100,15 @@ def main() -> int:
                     if args.pre:
                         cfgs, family, x_ptr = _build.pre_sweep_cfgs(tiles), "w8a8_gemm_pre_sweep", x.data.ptr
                     else:
-                        cfgs = _build.sweep_cfgs(tiles) + (_build.sweep_cfgs(tiles, True) if args.packed else ())
+                        code = _FMT[first.format]
+                        cfgs = _build.sweep_cfgs(tiles) + _build.wgmma_sweep_cfgs(code, tiles)
+                        if args.packed:
+                            cfgs += _build.sweep_cfgs(tiles, True) + _build.wgmma_sweep_cfgs(code, tiles, True)
                         family, x_ptr = "w8a8_gemm_sweep", None
                     for cfg in cfgs:
                         key = ("packed_" if cfg.packed else "") + (
-                            f"tiled{cfg.stages}" if cfg.stages else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
+                            f"wg{cfg.wg}_s{cfg.stages}" if cfg.wg else f"tiled{cfg.stages}" if cfg.stages
+                            else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
                         key += f"_pre{cfg.pre}" if args.pre else ""
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
@@ -125,7 +130,8 @@ def main() -> int:
                 del weights, first, packed_weights
                 cupy.get_default_memory_pool().free_all_blocks()
     caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
-               "b (CTAs an SM), tiledN (the tiled kernel, N stages); packed_*: the same on tile-major weights "
+               "b (CTAs an SM), tiledN (the tiled kernel, N stages), wgT_sN (int8: the warpgroup-MMA kernel, T tokens a "
+               "CTA, N stages); packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
                "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL.")

@@ -27,6 +27,7 @@ GDN_KERNELS_PDL
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -120,8 +121,10 @@ class GemmCfg:
     into shared memory before it waits on the quantizer (so the weight streams while the
     quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
-    (for many rows). No field changes an output bit (both kernels do the decode kernel's
-    arithmetic, K split GEMM_WARPS ways), so the schedule may depend on the shape and the row
+    (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
+    ``wg`` tokens a CTA on warpgroup MMAs. No field changes an output bit (the first two kernels
+    do the decode kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32
+    dot product scaled, whatever the order), so the schedule may depend on the shape and the row
     count freely."""
 
     m: int = 1
@@ -131,6 +134,7 @@ class GemmCfg:
     stages: int = 0
     packed: int = 0
     pre: int = 0
+    wg: int = 0
 
     threads = 32 * GEMM_WARPS
 
@@ -139,16 +143,25 @@ class GemmCfg:
         """Dynamic shared memory of a CTA in bytes: for the tiled kernel a 16 KB weight and an 8 KB
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
         stages before waiting on the quantizer."""
+        if self.wg:
+            # A 128-row weight tile and a wg-token tile a stage, and 1 KB to align the swizzle atoms.
+            return self.stages * (128 + self.wg) * 128 + 1024
         if self.stages:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
+        if self.wg:
+            return (-(-rows // self.wg), -(-n // 128), 1)
         if self.stages:
             return (-(-rows // 64), -(-n // 128), 1)
         return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
+        if self.wg:
+            if fmt != FMT_INT8:
+                raise ValueError("the warpgroup-MMA kernel runs int8 only")
+            return f"w8a8_wgmma_kernel<{self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
@@ -178,8 +191,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     memory, as rules of the shape. Any schedule gives the same bits, so this choice is free of
     numerics."""
     if packed:
-        cfg = _tile_major_config(fmt, rows, n, k)
-        return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, cfg.stages, packed=1, pre=cfg.pre)
+        return dataclasses.replace(_tile_major_config(fmt, rows, n, k), packed=1)
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     if tiles == 1:
@@ -191,6 +203,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
+    if fmt == FMT_INT8 and rows >= WGMMA_MIN_ROWS:
+        return wgmma_config(rows, n)
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
@@ -225,6 +239,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
+    if fmt == FMT_INT8 and rows >= WGMMA_MIN_ROWS:
+        return wgmma_config(rows, n)
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
     if fmt == FMT_INT8:
@@ -233,11 +249,34 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     return GemmCfg(stages=4) if rows >= 64 and n >= 12288 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
+# The warpgroup-MMA kernel's token tiles and their stages (shared memory: 128 + wg rows of 128
+# bytes a stage, one CTA a multiprocessor).
+WGMMA_STAGES = {64: 6, 128: 5, 256: 4}
+# int8 runs it from this many rows.
+WGMMA_MIN_ROWS = 32
+# Its CTAs should cover this many multiprocessors: the widest token tile that still gives as many.
+WGMMA_MIN_CTAS = 120
+
+
+def wgmma_config(rows: int, n: int) -> GemmCfg:
+    """int8 at 32-256 rows: the warpgroup-MMA kernel with the widest token tile (of at most twice
+    the rows) that keeps WGMMA_MIN_CTAS CTAs, else 64 tokens."""
+    for wg in (256, 128):
+        if wg < 2 * rows and -(-rows // wg) * -(-n // 128) >= WGMMA_MIN_CTAS:
+            return GemmCfg(stages=WGMMA_STAGES[wg], wg=wg)
+    return GemmCfg(stages=WGMMA_STAGES[64], wg=64)
+
+
+# Warpgroup-MMA schedules the sweep adds for int8 at 17+ rows (both layouts with --packed).
+WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stages=4, wg=128),
+               GemmCfg(stages=5, wg=128), GemmCfg(stages=4, wg=256))
+
+
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count (both
     layouts)."""
     probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
-    rows = {1: (1,), 2: (16,), 4: (32, 256)}[tiles]
+    rows = {1: (1,), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
     return tuple(dict.fromkeys(gemm_config(fmt, r, n, k, packed) for packed in (False, True)
                                for n, k in probes for r in rows))
 
@@ -317,10 +356,18 @@ def _pre_sweep_instances() -> tuple[str, ...]:
                  for tiles in (1, 2) for cfg in pre_sweep_cfgs(tiles))
 
 
+def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
+    """The sweep's warpgroup-MMA schedules for a format and tile count (int8 at 4 tiles only)."""
+    if fmt != FMT_INT8 or tiles != 4:
+        return ()
+    return tuple(dataclasses.replace(c, packed=int(packed)) for c in WGMMA_SWEEP)
+
+
 def _sweep_instances() -> tuple[str, ...]:
     return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
                  for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
-                 for tiles in GEMM_TILES for packed in (False, True) for cfg in sweep_cfgs(tiles, packed))
+                 for tiles in GEMM_TILES for packed in (False, True)
+                 for cfg in sweep_cfgs(tiles, packed) + wgmma_sweep_cfgs(fmt, tiles, packed))
 
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's

@@ -1,5 +1,5 @@
 """Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format, ragged N,
-strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweeps (the staging ones included). CuPy's memory pool is switched off so that an access past any buffer hits
+strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweeps (the staging ones and int8's warpgroup-MMA ones included, at up to 64 rows). CuPy's memory pool is switched off so that an access past any buffer hits
 unallocated memory and is reported."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ def main() -> int:
     cupy.cuda.set_allocator(None)
     from gdn_kernels import W8a8Ctx, _build
     from gdn_kernels.bench import random_w8a8_weight, w8a8_gemm_launcher
+    from gdn_kernels.w8a8 import _FMT
 
     ctx = W8a8Ctx(max_rows=64, max_k=1152)
     rng = np.random.default_rng(0)
@@ -34,13 +35,16 @@ def main() -> int:
     # reach them all), on a ragged N and a K whose chunks do not divide among the warps.
     for fmt in ("int8", "fp8_channel", "fp8_block"):
         w = random_w8a8_weight(fmt, 200, 1152, int(rng.integers(1 << 30)))
-        for rows in (3, 12, 40):
+        for rows in (3, 12, 40, 64):
             x = cupy.asarray(rng.standard_normal((rows, 1152)).astype(np.float16))
             ctx.quantize_activations(w, x.data.ptr, 1152, rows, 0, dtype="float16")
             out = cupy.empty((rows, 203), cupy.uint16)
             packed = w.tile_major()
             tiles = _build.gemm_tiles(rows)
-            for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True):
+            code = _FMT[w.format]
+            cfgs = _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+            cfgs += _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
+            for cfg in cfgs:
                 w8a8_gemm_launcher(ctx, packed if cfg.packed else w, rows, out.data.ptr, 203, 0, cfg)()
             # The schedules that stage chunks in shared memory before the quantizer wait.
             for cfg in _build.pre_sweep_cfgs(tiles):

@@ -398,7 +398,8 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_schedule_gives_the_same_bits(ctx, fmt):
     """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy, the
-    weight layout, chunks staged in shared memory before the quantizer wait) change no output bit:
+    weight layout, chunks staged in shared memory before the quantizer wait, int8's warpgroup-MMA
+    kernel) change no output bit:
     each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a K whose chunks do
     not divide among the warps, writing nothing outside the output. The staging schedules run as
     whole projections (quantizer, then the GEMM programmatically dependent on it)."""
@@ -406,6 +407,7 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
     from gdn_kernels import _build
     from gdn_kernels.bench import w8a8_gemm_launcher
+    from gdn_kernels.w8a8 import _FMT
 
     rng = np.random.default_rng(11)
     hw = HostWeight(rng, fmt, 300, 1280)
@@ -416,7 +418,9 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
         assert ok
         x_dev = cupy.asarray(x.view(np.uint16))
         tiles = _build.gemm_tiles(rows)
-        cases = [(cfg, "w8a8_gemm_sweep") for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)]
+        code = _FMT[hw.w.format]
+        cases = [(cfg, "w8a8_gemm_sweep") for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+                 + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)]
         cases += [(cfg, "w8a8_gemm_pre_sweep") for cfg in _build.pre_sweep_cfgs(tiles)]
         stream = cupy.cuda.Stream(non_blocking=True)
         for cfg, family in cases:
