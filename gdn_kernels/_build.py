@@ -422,11 +422,6 @@ FP4_ARITH_L2_FIRST = 128  # the first wave's CTAs prefetch their whole tile into
 # instead of 4 tokens, so each thread converts and scales only its own chunk's block sums.
 FP4_ARITH_TOK1 = 256
 FP4_ARITH_TOK2 = 512
-# The piped form (kernels/fp4_mx_gemm.cu, piped_tiles): a persistent grid of min_blocks CTAs a
-# multiprocessor (at most one a tile), each warp streaming its chunks through a ring of `unroll`
-# shared-memory slots of FP4_PIPED_SLOT bytes, unroll - 1 chunks ahead of its arithmetic.
-FP4_ARITH_PIPED = 1024
-FP4_PIPED_SLOT = 1536
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # Weights by size (N * K values) take these instead where given (sweep_nvfp4_tiles_92a497d_h200.md):
@@ -450,10 +445,9 @@ FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 426, 3)}, "base": {1: (1, 298, 3)}, "l
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
-    1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5),
-        (2, 1098, 4), (3, 1098, 4), (4, 1098, 4), (3, 1098, 3), (3, 1034, 4)),
-    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2), (3, 1034, 2)),
-    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0), (3, 1034, 2)),
+    1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5)),
+    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2)),
+    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0)),
     8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0)),
 }
 # Few-token schedules the sweep adds at 1 and 2 rows.
@@ -504,18 +498,6 @@ def fp4_tiled_schedule(groups: int, size: str) -> tuple[int, int, int]:
 def fp4_slice_schedule(rows: int, size: str) -> tuple[int, int, int]:
     """The shipped schedule that runs a slice of this many rows (the few-token one where given)."""
     return FP4_TILED_FEW_BY_SIZE[size].get(rows) or fp4_tiled_schedule(fp4_groups(rows), size)
-
-
-def fp4_schedule_smem(schedule: tuple[int, int, int]) -> int:
-    """Dynamic shared memory a CTA of this tile-major NVFP4 schedule takes (the piped form's ring)."""
-    unroll, arith, _ = schedule
-    return unroll * FP4_WARPS * FP4_PIPED_SLOT if arith & FP4_ARITH_PIPED else 0
-
-
-def fp4_piped_ctas(schedule: tuple[int, int, int], tiles: int, sms: int) -> int:
-    """CTAs of the piped form's persistent grid for a weight of ``tiles`` 16-row tiles (0: not piped)."""
-    _, arith, min_blocks = schedule
-    return min(tiles, sms * max(min_blocks, 1)) if arith & FP4_ARITH_PIPED else 0
 
 
 def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:

@@ -228,7 +228,6 @@ class Nvfp4Ctx:
         self.device_id = cupy.cuda.Device().id if device is None else int(device)
         self.max_rows, self.max_k = int(max_rows), int(max_k)
         self.modules = _build.device_modules(self.device_id)
-        self._sms = cupy.cuda.runtime.getDeviceProperties(self.device_id)["multiProcessorCount"]
         r, k = self.max_rows, self.max_k
         with cupy.cuda.Device(self.device_id):
             self._packed = cupy.empty(r * k // 2, cupy.uint8)
@@ -285,15 +284,14 @@ class Nvfp4Ctx:
         self._plans.clear()
 
     def _tiled_kernel(self, groups: int, dtype: str, sched: tuple[int, int, int], rows: int) -> tuple:
-        """(kernel, whether it reads the masked operand form, schedule) of a schedule for slices of up
-        to ``rows``."""
+        """(kernel, whether it reads the masked operand form) of a schedule for slices of up to ``rows``."""
         masked = int(bool(sched[1] & _build.FP4_ARITH_MASKED))
         if masked and min(self.max_rows, rows) > self._masked_rows:
             raise ValueError(f"the workspace holds the masked operand for {self._masked_rows} rows, "
                              f"not {rows} (_build.fp4_masked_rows)")
         name = _build.fp4_tiled_instance(groups, dtype, sched)
         family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-        return self.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_schedule_smem(sched)), masked, sched
+        return self.modules.kernel(family, name, _GEMM_ARGS), masked
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
         """(quantizer, its threads, CTAs a row, masked operand, GEMM, its grid) of rows <= max_rows."""
@@ -303,10 +301,8 @@ class Nvfp4Ctx:
             threads, cluster = _build.fp4_quant_shape(w.k)
             if w.layout == "tiles16":
                 groups, size = _build.fp4_groups(rows), _build.fp4_tiled_size(w.n, w.k)
-                gemm, masked, sched = self._few.get((rows, dtype, size)) or self._tiled[(groups, dtype, size)]
-                tiles = -(-w.n // 16)
-                # The piped form's persistent grid, else one CTA a tile.
-                grid = (-(-rows // (4 * groups)), _build.fp4_piped_ctas(sched, tiles, self._sms) or tiles, 1)
+                gemm, masked = self._few.get((rows, dtype, size)) or self._tiled[(groups, dtype, size)]
+                grid = (-(-rows // (4 * groups)), -(-w.n // 16), 1)
             else:
                 tiles = _build.gemm_tiles(rows)
                 gemm, masked = self._gemm[(tiles, dtype)], 0

@@ -92,13 +92,10 @@ __device__ __forceinline__ float e4m3_bits(uint32_t w, int i) {
 }
 
 // The kWarps warps' sums added in warp order, through shared memory: value(i) is this lane's
-// i-th sum (kPer a lane); store(i, l, sum) gets the total of sum i of lane l. A CTA that adds
-// several times in a row alternates between kBufs = 2 buffers (buf = 0, 1, 0, ...): one barrier
-// a call then keeps a call's writes from overtaking the previous call's reads.
-template <int kWarps, int kPer, int kBufs = 1, typename Value, typename Store>
-__device__ __forceinline__ void add_warps_in_order(Value value, Store store, int buf = 0) {
-  __shared__ float red_bufs[kBufs][kWarps][kPer][32];
-  float (&red)[kWarps][kPer][32] = red_bufs[buf];
+// i-th sum (kPer a lane); store(i, l, sum) gets the total of sum i of lane l.
+template <int kWarps, int kPer, typename Value, typename Store>
+__device__ __forceinline__ void add_warps_in_order(Value value, Store store) {
+  __shared__ float red[kWarps][kPer][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) red[warp][i][lane] = value(i);
@@ -494,11 +491,9 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // kMinBlocks CTAs a multiprocessor in launch order) asks L2 for its whole tile (one bulk
 // prefetch of codes and one of scales) before the quantizer wait, so the weight streams while
 // the quantizer runs; + kTok1 or kTok2: the few-token form (few_token_stream) for slices of at most
-// one or two rows (with kEarly: its first round's weight codes requested before the wait);
-// + kPiped: a persistent grid whose warps stream their chunks through shared memory, kUnroll - 1
-// chunks ahead of the one computed, across tile boundaries (piped_tiles).
+// one or two rows (with kEarly: its first round's weight codes requested before the wait).
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512, kPiped = 1024;
+              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -735,84 +730,9 @@ __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8
   }
 }
 
-// The piped form: gridDim.y CTAs, CTA b taking the tiles b, b + gridDim.y, ... in turn. Each
-// warp's chunk stream (tile by tile, chunks warp, warp + kWarps, ... of each) runs through a ring
-// of kStages shared-memory slots: cp.async copies run kStages - 1 chunks ahead of the one being
-// computed, so a warp's next weight bytes are in flight during its arithmetic, through the tile's
-// end (its reduction and stores) and into the next tile, without registers held for them. Every
-// lane copies and reads back only its own bytes (its 32 code bytes and its row group's 16 scale
-// bytes a chunk), so cp.async.wait_group alone orders them. The chunks, their arithmetic and the
-// reduction are those of the other forms (tiled_chunk, add_warps_in_order), so are the bits.
-//
-// load_x(xv, c): the activations of chunk c; finish(n0, buf): the tile at weight row n0 reduced
-// and written (buf: the reduction's buffer, alternating).
-template <int kWarps, int kGroups, int kStages, int kArith, typename LoadX, typename Finish>
-__device__ __forceinline__ void piped_tiles(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw, int chunks,
-                                            int tiles, const float* const (&p_sx)[kGroups], uint32_t odd,
-                                            const TileTables& tab, float (&acc)[kGroups][2], LoadX load_x,
-                                            Finish finish) {
-  static_assert(kStages >= 2, "the piped form keeps at least one chunk in flight beyond the computed one");
-  static_assert((kArith & (kPrefetch | kEarly | kL2First | kTok1 | kTok2)) == 0,
-                "the piped form requests its weight ahead by itself");
-  // Slot s of this lane: ring[(warp * kStages + s) * 96 + lane + 32 * part], parts: codes 0..511
-  // and 512..1023 of the chunk at byte 16 * lane, then its row group's scales.
-  extern __shared__ uint4 ring[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint4* const first = ring + warp * kStages * 96 + lane;
-  uint4* const last = first + (kStages - 1) * 96;
-  const int per = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;  // this warp's chunks a tile
-  const int tiles_mine = (int)blockIdx.y < tiles ? (tiles - 1 - (int)blockIdx.y) / (int)gridDim.y + 1 : 0;
-  // The copy cursor: the next chunk to copy (its index in the weight's chunks), the chunks left to
-  // copy, the next chunk's place in its tile, and the step from a tile's last chunk to the next
-  // tile's first. A copy with nothing left commits an empty group, so that the wait below always
-  // leaves kStages - 2 groups after the one computed.
-  const uint8_t* const w_lane = w + lane * 16;
-  const uint8_t* const s_lane = sw + (lane >> 2) * 16;
-  uint32_t ci = blockIdx.y * (uint32_t)chunks + warp;
-  int left = per * tiles_mine, cj = 0;
-  const uint32_t wrap = gridDim.y * (uint32_t)chunks - (uint32_t)(per - 1) * kWarps;
-  uint4* wr = first;
-  auto copy = [&]() {
-    if (left > 0) {
-      const uint8_t* cw = w_lane + (unsigned long long)ci * 1024;
-      gdn::cp_async16(wr, cw);
-      gdn::cp_async16(wr + 32, cw + 512);
-      gdn::cp_async16(wr + 64, s_lane + (unsigned long long)ci * 128);
-      --left;
-      const bool next_tile = ++cj == per;
-      ci += next_tile ? wrap : kWarps;
-      cj = next_tile ? 0 : cj;
-    }
-    gdn::cp_async_commit();
-    wr = wr == last ? first : wr + 96;
-  };
-#pragma unroll
-  for (int s = 0; s + 1 < kStages; ++s) copy();
-  // The weight does not depend on the quantizer: its first chunks are requested before the wait.
-  gdn::pdl_wait();  // programmatic dependent launch: see w8a8_gemm.cu
-  const uint4* rd = first;
-  int buf = 0;
-  for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
-    for (int c = warp; c < chunks; c += kWarps) {
-      gdn::cp_async_wait<kStages - 2>();
-      const uint4 w0 = rd[0], w1 = rd[32], sb = rd[64];
-      rd = rd == last ? first : rd + 96;
-      copy();  // into the slot computed last
-      uint4 xv[kGroups][2];
-      load_x(xv, c);
-      tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, tab, acc);
-    }
-    finish(tile * 16, buf);
-    buf ^= 1;
-  }
-}
-
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp (kPiped: the slots of its ring, kUnroll * kWarps * 1.5 KB of dynamic shared
-// memory a CTA).  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus the flags
-// above; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad,
+// kPinTables, kPrefetch and kEarly; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
 // (launch bounds; 0 leaves the register count to ptxas).
 // OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
@@ -873,18 +793,17 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       }
     }
   };
-  auto load_xc = [&](uint4 (&xv)[kGroups][2], int c) {
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      xv[j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-      xv[j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
-    }
-  };
   auto load_x = [&](Round& r, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
-      if (c < chunks) load_xc(r.x[u], c);
+      if (c < chunks) {
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+          r.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
+          r.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+        }
+      }
     }
   };
   auto load = [&](Round& r, int c0) {
@@ -899,24 +818,6 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     }
   };
   constexpr int kStep = kWarps * kUnroll;
-  // Add the warps' sums in warp order and write the outputs of the tile at weight row tn0.
-  const float s2 = gdn::mul_rn(scale2, 0.25f);
-  auto finish = [&](int tn0, int buf) {
-    add_warps_in_order<kWarps, kGroups * 2, (kArith & kPiped) ? 2 : 1>(
-        [&](int i) { return acc[i >> 1][i & 1]; },
-        [&](int jr, int l, float sum) {
-          const int n = tn0 + (l >> 2) + (jr & 1) * 8;
-          const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
-          if (n >= N || tok >= rows) return;
-          if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
-          out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
-        },
-        buf);
-  };
-  if constexpr ((kArith & kPiped) != 0) {
-    piped_tiles<kWarps, kGroups, kUnroll, kArith>(w, sw, chunks, (N + 15) >> 4, p_sx, odd, tab, acc, load_xc, finish);
-    return;
-  }
 
   if constexpr ((kArith & kL2First) != 0) {
     uint32_t n_sm;
@@ -970,5 +871,13 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     }
   }
 
-  finish(n0, 0);
+  // Add the warps' sums in warp order and write the outputs.
+  const float s2 = gdn::mul_rn(scale2, 0.25f);
+  add_warps_in_order<kWarps, kGroups * 2>([&](int i) { return acc[i >> 1][i & 1]; }, [&](int jr, int l, float sum) {
+    const int n = n0 + (l >> 2) + (jr & 1) * 8;
+    const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
+    if (n >= N || tok >= rows) return;
+    if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+  });
 }

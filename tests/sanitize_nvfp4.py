@@ -2,8 +2,7 @@
 strides, rows 1..70 (with a context of 32 rows, so the sliced path runs too), both weight layouts
 (every token-group count of the tile-major kernel), each weight-size class's schedules forced on
 the same weights (_build.FP4_TILED_BY_SIZE: the L2 prefetch, the masked operand form; and
-FP4_TILED_FEW_BY_SIZE at 1 and 2 rows, with K long enough for whole rounds and each tail), and
-the sweep's piped schedules on a weight of more tiles than their persistent grid."""
+FP4_TILED_FEW_BY_SIZE at 1 and 2 rows, with K long enough for whole rounds and each tail)."""
 
 from __future__ import annotations
 
@@ -36,18 +35,6 @@ def main() -> int:
                     x = cupy.asarray(rng.standard_normal((rows, ldx)).astype(np.float16))
                     out = cupy.empty((rows, ldc), cupy.float16)
                     assert ctx.proj(weight, x, ldx, rows, out, ldc)
-    # The piped schedules of the sweep (_build.FP4_ARITH_PIPED), each CTA of the persistent grid
-    # taking several tiles, the last one partial.
-    n, k = 16 * 1100 + 5, 384
-    w = random_nvfp4_weight(n, k, 7).tile_major()
-    for groups in _build.FP4_TILED_GROUPS:
-        for sched in [s for s in _build.FP4_TILED_SWEEP[groups] if s[1] & _build.FP4_ARITH_PIPED]:
-            ctx._set_tiled(groups, "float16", sched)
-            for rows in (4 * groups - 3, 4 * groups):
-                x = cupy.asarray(rng.standard_normal((rows, k)).astype(np.float16))
-                out = cupy.empty((rows, n), cupy.float16)
-                assert ctx.proj(w, x, k, rows, out, n)
-        ctx._set_tiled(groups, "float16")
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

@@ -413,40 +413,6 @@ def test_few_token_schedules_give_the_plain_layouts_bits(ctx, rows):
         ctx._set_tiled(1, "bfloat16")
 
 
-def test_piped_schedules_give_the_plain_layouts_bits_over_many_tiles(ctx):
-    """The piped form (_build.FP4_ARITH_PIPED: a persistent grid, each warp's chunks streamed through
-    shared memory across tile boundaries) gives the plain layout's bits where each CTA takes several
-    tiles (more tiles than SMs x CTAs a multiprocessor), with a partial last tile, warps without
-    chunks (K of 3 chunks), streams of one and two chunks a tile, and writes nothing outside the
-    output; every token count of the group counts it runs."""
-    from gdn_kernels import _build
-
-    rng = np.random.default_rng(71)
-    piped = [(g, s) for g in _build.FP4_TILED_GROUPS for s in _build.FP4_TILED_SWEEP[g]
-             if s[1] & _build.FP4_ARITH_PIPED]
-    assert piped
-    try:
-        for n, k in ((16 * 1100 + 5, 384), (16 * 700 + 9, 1152)):
-            hw = HostFp4Weight(rng, n, k)
-            plain_w, tiled = hw.w, hw.w.tile_major()
-            x = random_activations(rng, 16, k, "bfloat16", outliers=True)
-            for groups in sorted({g for g, _ in piped}):
-                for rows in sorted({4 * groups - 3, 4 * groups}):
-                    hw.w = plain_w
-                    _, want = run(ctx, hw, x[:rows], "bfloat16", ldx_pad=8, ldc_pad=3)
-                    hw.w = tiled
-                    for sched in [s for g, s in piped if g == groups]:
-                        ctx._set_tiled(groups, "bfloat16", sched)
-                        grid = ctx._plan(tiled, rows, "bfloat16")[5]
-                        assert grid[1] < -(-n // 16), (grid, sched)  # several tiles a CTA
-                        _, got = run(ctx, hw, x[:rows], "bfloat16", ldx_pad=8, ldc_pad=3)
-                        assert (got.view(np.uint16) == want.view(np.uint16)).all(), (n, k, rows, sched)
-                    ctx._set_tiled(groups, "bfloat16")
-    finally:
-        for groups in _build.FP4_TILED_GROUPS:
-            ctx._set_tiled(groups, "bfloat16")
-
-
 def test_tile_major_copy_is_the_documented_order_and_frees_its_source():
     """Nvfp4Weight.tile_major's device bytes equal the host-side order of _quantize (which the CPU
     tests check against the kernel's addressing), and the copy holds no reference to its source."""
