@@ -676,6 +676,16 @@ __device__ __forceinline__ void few_token_round(const uint4 (&wv)[kValid][2], co
   }
 }
 
+// One whole step of the stream: a round of kValid chunks from c0, its weight codes loaded, then run.
+template <int kWarps, int kTok, int kArith, int kValid>
+__device__ __forceinline__ void few_token_step(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
+                                               const float* p_sa, int c0, int slot_b, int slot, int src0,
+                                               uint32_t keep_lo, const TileTables& tab, float (&acc)[2]) {
+  uint4 wv[kValid][2];
+  few_token_weights<kWarps, kValid>(wv, p_w, c0);
+  few_token_round<kWarps, kTok, kArith, kValid>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+}
+
 // kEarly: the first round's weight codes are requested before the quantizer wait.
 template <int kWarps, int kTok, int kArith>
 __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8_t* p_s, const int8_t* p_xb,
@@ -704,30 +714,15 @@ __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8
   } else {
     gdn::pdl_wait();
   }
-  for (; whole(c0); c0 += kWarps * kSlots) {
-    uint4 wv[kSlots][2];
-    few_token_weights<kWarps, kSlots>(wv, p_w, c0);
-    few_token_round<kWarps, kTok, kArith, kSlots>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
-  }
+  for (; whole(c0); c0 += kWarps * kSlots)
+    few_token_step<kWarps, kTok, kArith, kSlots>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
   // The stream's last chunks (fewer than kSlots; a warp-uniform count).
   const int left = c0 < chunks ? (chunks - c0 + kWarps - 1) / kWarps : 0;
   if constexpr (kSlots > 2) {
-    if (left == 3) {
-      uint4 wv[3][2];
-      few_token_weights<kWarps, 3>(wv, p_w, c0);
-      few_token_round<kWarps, kTok, kArith, 3>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
-    }
-    if (left == 2) {
-      uint4 wv[2][2];
-      few_token_weights<kWarps, 2>(wv, p_w, c0);
-      few_token_round<kWarps, kTok, kArith, 2>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
-    }
+    if (left == 3) few_token_step<kWarps, kTok, kArith, 3>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
+    if (left == 2) few_token_step<kWarps, kTok, kArith, 2>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
   }
-  if (left == 1) {
-    uint4 wv[1][2];
-    few_token_weights<kWarps, 1>(wv, p_w, c0);
-    few_token_round<kWarps, kTok, kArith, 1>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
-  }
+  if (left == 1) few_token_step<kWarps, kTok, kArith, 1>(p_w, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
 }
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
