@@ -203,7 +203,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
-    if fmt == FMT_INT8 and rows >= WGMMA_MIN_ROWS:
+    if fmt == FMT_INT8 and wgmma_config(rows, n):
         return wgmma_config(rows, n)
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
     tiled_ctas = -(-n // 128) * -(-rows // 64)
@@ -239,7 +239,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
-    if fmt == FMT_INT8 and rows >= WGMMA_MIN_ROWS:
+    if fmt == FMT_INT8 and wgmma_config(rows, n):
         return wgmma_config(rows, n)
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
@@ -251,25 +251,27 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
 
 # The warpgroup-MMA kernel's token tiles and their stages (shared memory: 128 + wg rows of 128
 # bytes a stage, one CTA a multiprocessor).
-WGMMA_STAGES = {64: 6, 128: 5, 256: 4}
-# int8 runs it from this many rows.
-WGMMA_MIN_ROWS = 32
-# Its CTAs should cover this many multiprocessors: the widest token tile that still gives as many.
-WGMMA_MIN_CTAS = 120
+WGMMA_STAGES = {64: 6, 128: 5}
+# int8 runs it from this many rows, where it has at least WGMMA_MIN_CTAS CTAs of 64 tokens
+# (sweep_w8a8_wgmma_0755df7_h200.md: at 32 rows the decode kernel is faster on every model
+# shape, at 64 rows on [2048, 4096] only, whose 16 CTAs leave most multiprocessors idle).
+WGMMA_MIN_ROWS = 64
+WGMMA_MIN_CTAS = 32
 
 
-def wgmma_config(rows: int, n: int) -> GemmCfg:
-    """int8 at 32-256 rows: the warpgroup-MMA kernel with the widest token tile (of at most twice
-    the rows) that keeps WGMMA_MIN_CTAS CTAs, else 64 tokens."""
-    for wg in (256, 128):
-        if wg < 2 * rows and -(-rows // wg) * -(-n // 128) >= WGMMA_MIN_CTAS:
-            return GemmCfg(stages=WGMMA_STAGES[wg], wg=wg)
-    return GemmCfg(stages=WGMMA_STAGES[64], wg=64)
+def wgmma_config(rows: int, n: int) -> GemmCfg | None:
+    """int8: the warpgroup-MMA schedule of this row count and N (128 tokens a CTA beyond 64 rows
+    where that keeps 64 CTAs, else 64), or None where the decode kernels run."""
+    tiles_n = -(-n // 128)
+    if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
+        return None
+    wg = 128 if rows > 64 and -(-rows // 128) * tiles_n >= 64 else 64
+    return GemmCfg(stages=WGMMA_STAGES[wg], wg=wg)
 
 
 # Warpgroup-MMA schedules the sweep adds for int8 at 17+ rows (both layouts with --packed).
-WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stages=4, wg=128),
-               GemmCfg(stages=5, wg=128), GemmCfg(stages=4, wg=256))
+WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stages=8, wg=64),
+               GemmCfg(stages=4, wg=128), GemmCfg(stages=5, wg=128), GemmCfg(stages=6, wg=128))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
@@ -288,8 +290,11 @@ def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: G
 
 def quant_threads(kind: str) -> int:
     """Threads a CTA of an activation quantizer (kernels/act_quant.cu): a whole token row a CTA
-    for the fused SiLU per-token kinds, 256 otherwise (a cluster of QUANT_CLUSTER CTAs a row for
-    the per-token kinds, one warp a 128-group for the grouped ones)."""
+    for the fused SiLU per-token kinds and the "_rows" kinds, 256 otherwise (a cluster of
+    QUANT_CLUSTER CTAs a row for the other per-token kinds, one warp a 128-group for the grouped
+    ones)."""
+    if kind.endswith("_rows"):
+        return ROWS_QUANT_THREADS
     return SILU_ROW_THREADS if kind in ("silu_mul_int8", "silu_mul_fp8_row") else QUANT_THREADS
 
 
@@ -372,7 +377,10 @@ def _sweep_instances() -> tuple[str, ...]:
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
-QUANT_KINDS = ("int8", "fp8_group", "fp8_row")
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows", "fp8_row_rows")
+# The per-token kinds run as one CTA a row (the "_rows" kernels) from this many rows.
+QUANT_ROWS_MIN = 64
+ROWS_QUANT_THREADS = 512
 SILU_QUANT_KINDS = ("silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")
 
 

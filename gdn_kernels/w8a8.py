@@ -27,6 +27,8 @@ _QUANT_KIND = {
     WeightFormat.FP8_CHANNEL: "fp8_row",
     WeightFormat.FP8_BLOCK: "fp8_group",
 }
+# The per-token quantizers from _build.QUANT_ROWS_MIN rows: one CTA a row.
+_QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows", WeightFormat.FP8_CHANNEL: "fp8_row_rows"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
@@ -154,6 +156,8 @@ class W8a8Ctx:
             for dtype in ACT_DTYPES:
                 name = _build.quant_instance(kind, dtype)
                 self._quant[(fmt, dtype)] = self.modules.kernel("act_quant", name, _QUANT_ARGS)
+        self._quant_rows = {(fmt, dtype): self.modules.kernel("act_quant", _build.quant_instance(kind, dtype), _QUANT_ARGS)
+                            for fmt, kind in _QUANT_ROWS_KIND.items() for dtype in ACT_DTYPES}
 
     def supports(self, w: W8a8Weight, rows: int, dtype: str = "bfloat16") -> Support:
         """Pure: whether ``proj`` runs this case (True) or declines it (False, with the reason)."""
@@ -234,13 +238,14 @@ class W8a8Ctx:
                               w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
-        kernel = self._quant[(fmt, dtype)]
         if fmt is WeightFormat.FP8_BLOCK:
             warps = _build.QUANT_THREADS // 32
-            grid = (-(-(k // FP8_BLOCK) // warps), rows, 1)
+            kernel, grid, threads = self._quant[(fmt, dtype)], (-(-(k // FP8_BLOCK) // warps), rows, 1), _build.QUANT_THREADS
+        elif rows >= _build.QUANT_ROWS_MIN:
+            kernel, grid, threads = self._quant_rows[(fmt, dtype)], (1, rows, 1), _build.ROWS_QUANT_THREADS
         else:
-            grid = (_build.QUANT_CLUSTER, rows, 1)
-        kernel.launch(grid, self._quant_threads[fmt], stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
+            kernel, grid, threads = self._quant[(fmt, dtype)], (_build.QUANT_CLUSTER, rows, 1), self._quant_threads[fmt]
+        kernel.launch(grid, threads, stream, x, self._xq_ptr, self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
         """Run only the activation quantizer of ``w``'s format (for tests and profiling).
