@@ -203,8 +203,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
-    if fmt == FMT_INT8 and wgmma_config(rows, n):
-        return wgmma_config(rows, n)
+    if fmt == FMT_INT8 and wgmma_config(rows, n, False):
+        return wgmma_config(rows, n, False)
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
@@ -239,8 +239,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
-    if fmt == FMT_INT8 and wgmma_config(rows, n):
-        return wgmma_config(rows, n)
+    if fmt == FMT_INT8 and wgmma_config(rows, n, True):
+        return wgmma_config(rows, n, True)
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
     if fmt == FMT_INT8:
@@ -249,24 +249,25 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     return GemmCfg(stages=4) if rows >= 64 and n >= 12288 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
-# The warpgroup-MMA kernel's token tiles and their stages (shared memory: 128 + wg rows of 128
-# bytes a stage, one CTA a multiprocessor).
-WGMMA_STAGES = {64: 6, 128: 5}
+# The warpgroup-MMA kernel's stages by token tile and weight layout (shared memory: 128 + wg rows
+# of 128 bytes a stage, one CTA a multiprocessor): the sweep's fastest (sweep_w8a8_wgmma_7a8c8b6_h200.md;
+# on tile-major weights the deepest rings are slower than on row-major ones).
+WGMMA_STAGES = {(64, 0): 8, (128, 0): 6, (64, 1): 6, (128, 1): 5}
 # int8 runs it from this many rows, where it has at least WGMMA_MIN_CTAS CTAs of 64 tokens
-# (sweep_w8a8_wgmma_0755df7_h200.md: at 32 rows the decode kernel is faster on every model
-# shape, at 64 rows on [2048, 4096] only, whose 16 CTAs leave most multiprocessors idle).
+# (sweep_w8a8_wgmma_0755df7_h200.md: at 32 rows the decode kernel is faster on most model
+# shapes, at 64 rows on [2048, 4096] only, whose 16 CTAs leave most multiprocessors idle).
 WGMMA_MIN_ROWS = 64
 WGMMA_MIN_CTAS = 32
 
 
-def wgmma_config(rows: int, n: int) -> GemmCfg | None:
-    """int8: the warpgroup-MMA schedule of this row count and N (128 tokens a CTA beyond 64 rows
-    where that keeps 64 CTAs, else 64), or None where the decode kernels run."""
+def wgmma_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
+    """int8: the warpgroup-MMA schedule of this row count, N and weight layout (128 tokens a CTA
+    beyond 64 rows where that keeps 64 CTAs, else 64), or None where the decode kernels run."""
     tiles_n = -(-n // 128)
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
     wg = 128 if rows > 64 and -(-rows // 128) * tiles_n >= 64 else 64
-    return GemmCfg(stages=WGMMA_STAGES[wg], wg=wg)
+    return GemmCfg(stages=WGMMA_STAGES[(wg, int(packed))], wg=wg, packed=int(packed))
 
 
 # Warpgroup-MMA schedules the sweep adds for int8 at 17+ rows (both layouts with --packed).
