@@ -652,10 +652,10 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
   const int chunks = K >> 7;
 
-  // Chunk c into stage s: the CTA's 128 weight rows and kBN token rows, 8 units of 16 bytes each.
-  auto load = [&](int s, int c) {
+  // Chunk c into stage s: the CTA's 128 weight rows (load_a) and kBN token rows (load_b), 8 units
+  // of 16 bytes each.
+  auto load_a = [&](int s, int c) {
     uint8_t* a = smem + s * (kStageA + kStageB);
-    uint8_t* b = a + kStageA;
 #pragma unroll
     for (int q = 0; q < kBM * 8 / 256; ++q) {
       const int id = threadIdx.x + 256 * q;
@@ -671,6 +671,9 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
         gdn::cp_async16(a + swz128(r, u), w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128 + 16 * u);
       }
     }
+  };
+  auto load_b = [&](int s, int c) {
+    uint8_t* b = smem + s * (kStageA + kStageB) + kStageA;
 #pragma unroll
     for (int q = 0; q < kBN * 8 / 256; ++q) {
       const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
@@ -685,10 +688,15 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     asm volatile("" : "+r"(d[i])::"memory");  // the zeros are in place before the first MMA
   }
 
+  // The weight does not depend on the quantizer: the first stages' weight chunks are requested
+  // before the wait (they complete with the first commit group, chunk 0's), the tokens after it.
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s)
+    if (s < chunks) load_a(s, s);
   gdn::pdl_wait();
 #pragma unroll
   for (int s = 0; s < kStages - 2; ++s) {
-    if (s < chunks) load(s, s);
+    if (s < chunks) load_b(s, s);
     gdn::cp_async_commit();
   }
   for (int i = 0; i < chunks; ++i) {
@@ -697,7 +705,10 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     // Every thread's copies of chunk i are in, and every warpgroup has waited out the MMAs of
     // chunk i - 2, whose stage is refilled now.
     __syncthreads();
-    if (i + kStages - 2 < chunks) load((i + kStages - 2) % kStages, i + kStages - 2);
+    if (i + kStages - 2 < chunks) {
+      load_a((i + kStages - 2) % kStages, i + kStages - 2);
+      load_b((i + kStages - 2) % kStages, i + kStages - 2);
+    }
     gdn::cp_async_commit();
     const uint32_t a = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 128;
     const uint32_t b = smem_s + (i % kStages) * (kStageA + kStageB) + kStageA;

@@ -379,13 +379,15 @@ def test_fp8_channel_agrees_with_torch_scaled_mm(ctx):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_back_to_back_calls_on_a_stream(ctx, fmt):
     """Twenty calls in a row on a non-default stream (where each GEMM is launched programmatically
-    dependent on its quantizer unless GDN_KERNELS_PDL=0), different inputs sharing the one workspace,
-    must give the bits of the same calls made one at a time."""
+    dependent on its quantizer unless GDN_KERNELS_PDL=0), different inputs and row counts sharing the
+    one workspace, must give the bits of the same calls made one at a time."""
     import cupy
 
     rng = np.random.default_rng(43)
     hw = HostWeight(rng, fmt, 2048, 4096, layout="tiles16")
-    xs = [random_activations(rng, int(r), 4096, "bfloat16") for r in rng.integers(1, 40, 20)]
+    # Row counts of the decode kernels and (int8, 128+ rows here) the warpgroup-MMA one, mixed.
+    counts = rng.permutation(np.concatenate([rng.integers(1, 40, 14), [64, 128, 130, 200, 255, 256]]))
+    xs = [random_activations(rng, int(r), 4096, "bfloat16") for r in counts]
     stream = cupy.cuda.Stream(non_blocking=True)
     bufs = [to_device_2d(x, 4096) for x in xs]
     outs = [cupy.full((x.shape[0], 2048), 0xFFFF, cupy.uint16) for x in xs]
