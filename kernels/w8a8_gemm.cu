@@ -9,7 +9,9 @@
 // memory in warp order. The split depends on nothing but K, so a row's arithmetic is the same at
 // every row count (bitwise row invariance); the schedule parameters (kM, chunks in flight,
 // pipelining, occupancy) and the tiled kernel for many rows at the end of the file do the same
-// arithmetic and are chosen by shape (gdn_kernels/_build.py gemm_config).
+// arithmetic and are chosen by shape (gdn_kernels/_build.py gemm_config). For int8 alone, whose
+// outputs are exact int32 dot products scaled, the last kernel of the file (warpgroup MMAs, any K
+// order) gives the same bits too and runs from 64 rows.
 //
 // Operand layout: mma.m16n8k32 wants thread (g = lane / 4, t = lane % 4) to hold A row g (and
 // g + 8) at k = 4t..4t+3 and 16+4t..16+4t+3, and B column g at the same k. Any permutation of k
