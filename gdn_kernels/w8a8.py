@@ -27,8 +27,10 @@ _QUANT_KIND = {
     WeightFormat.FP8_CHANNEL: "fp8_row",
     WeightFormat.FP8_BLOCK: "fp8_group",
 }
-# The per-token quantizers from _build.QUANT_ROWS_MIN rows: one CTA a row.
-_QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows", WeightFormat.FP8_CHANNEL: "fp8_row_rows"}
+# The int8 per-token quantizer from _build.QUANT_ROWS_MIN rows: one CTA a row. (Its fp8 per-channel
+# twin was withdrawn: with it the back-to-back test on a stream gave other bits than the same calls
+# alone at d7b7779, not yet explained; bench/NOTES.md W8A8 v6.)
+_QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
@@ -241,7 +243,7 @@ class W8a8Ctx:
         if fmt is WeightFormat.FP8_BLOCK:
             warps = _build.QUANT_THREADS // 32
             kernel, grid, threads = self._quant[(fmt, dtype)], (-(-(k // FP8_BLOCK) // warps), rows, 1), _build.QUANT_THREADS
-        elif rows >= _build.QUANT_ROWS_MIN:
+        elif rows >= _build.QUANT_ROWS_MIN and fmt in _QUANT_ROWS_KIND:
             kernel, grid, threads = self._quant_rows[(fmt, dtype)], (1, rows, 1), _build.ROWS_QUANT_THREADS
         else:
             kernel, grid, threads = self._quant[(fmt, dtype)], (_build.QUANT_CLUSTER, rows, 1), self._quant_threads[fmt]

@@ -120,23 +120,15 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
-// The two per-token quantizers above for many rows: one CTA a row, no cluster (from
-// _build.QUANT_ROWS_MIN rows the rows alone fill the GPU, and a cluster a row costs more to
-// schedule than it saves). The same arithmetic, so the same bytes and scales.
-// Grid: (1, rows).
+// act_quant_int8_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
+// the rows alone fill the GPU, and a cluster a row costs more to schedule than it saves). The same
+// arithmetic, so the same bytes and scales. Grid: (1, rows).
 template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_int8_rows_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s, int K,
                            long long ldx) {
   gdn::pdl_chain();  // as act_quant_int8_kernel
   quant_row<true, T, kThreads, 1>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
-}
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_fp8_row_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
-                              long long ldx) {
-  gdn::pdl_chain();  // as act_quant_int8_kernel
-  quant_row<false, T, kThreads, 1>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at

@@ -216,7 +216,7 @@ def check_output(hw: HostWeight, x: np.ndarray, y: np.ndarray, dtype: str):
 @pytest.mark.parametrize("fmt", FORMATS)
 @given(k=st.sampled_from([128, 2048, 5120, 17408]), rows=st.integers(1, 256),
        dtype=st.sampled_from(["bfloat16", "float16"]), seed=st.integers(0, 2**31 - 1))
-@example(k=5120, rows=64, dtype="bfloat16", seed=1)  # the first row count of the one-CTA-a-row quantizers
+@example(k=5120, rows=64, dtype="bfloat16", seed=1)  # the first row count of int8's one-CTA-a-row quantizer
 @example(k=17408, rows=200, dtype="float16", seed=2)
 @example(k=2048, rows=63, dtype="bfloat16", seed=3)
 def test_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
