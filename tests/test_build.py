@@ -88,6 +88,34 @@ def test_every_chosen_gemm_schedule_is_compiled():
                 assert _build.gemm_instance(fmt, tiles, "bfloat16", "float32", cfg) in names
 
 
+def test_w8a8_schedules_fit_shared_memory_and_their_formats():
+    """Every W8A8 schedule, shipped or swept, asks for at most the 227 KB of shared memory a Hopper
+    CTA may have (the launch would fail on the GPU otherwise); the warpgroup-MMA kernel, whose K
+    order is not the decode kernels', is chosen and named for int8 only, from WGMMA_MIN_ROWS rows
+    and with at least WGMMA_MIN_CTAS CTAs."""
+    limit = 227 * 1024
+    formats = (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK)
+    for fmt in formats:
+        for tiles in _build.GEMM_TILES:
+            cfgs = (_build.gemm_configs(fmt, tiles) + _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+                    + _build.wgmma_sweep_cfgs(fmt, tiles) + _build.wgmma_sweep_cfgs(fmt, tiles, True))
+            for cfg in cfgs:
+                assert cfg.smem <= limit, cfg
+                assert not cfg.wg or fmt == _build.FMT_INT8, (fmt, cfg)
+    for fmt in (_build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
+        with pytest.raises(ValueError):
+            _build.GemmCfg(stages=6, wg=64).name(fmt, 4, "__nv_bfloat16", "float")
+    for rows in range(1, 257, 7):
+        for n in (16, 2048, 4096, 5120, 16384, 34816):
+            cfg = _build.wgmma_config(rows, n, False)
+            if cfg is None:
+                continue
+            assert rows >= _build.WGMMA_MIN_ROWS
+            assert -(-rows // cfg.wg) * -(-n // 128) >= _build.WGMMA_MIN_CTAS
+            assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096) == cfg
+            assert _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096).wg == 0
+
+
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
     """Every tile-major NVFP4 schedule a slice may run is a shipped (compiled) instance; a
     few-token schedule runs only slices of at most its rows, and the model shapes fall in the
