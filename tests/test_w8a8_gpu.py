@@ -395,9 +395,11 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt):
     for (x_buf, x_ptr), x, out in zip(bufs, xs, outs):
         assert ctx.proj(hw.w, x_ptr, 4096, x.shape[0], out.data.ptr, 2048, stream.ptr, dtype="bfloat16")
     stream.synchronize()
-    for x, out in zip(xs, outs):
+    for i, (x, out) in enumerate(zip(xs, outs)):
         _, alone = run_proj(ctx, hw, x, "bfloat16")
-        assert (out.get() == alone.view(np.uint16)).all()
+        diff = np.argwhere(out.get() != alone.view(np.uint16))
+        assert not len(diff), (f"call {i} of {len(xs)} ({x.shape[0]} rows, after {[len(p) for p in xs[:i]]}): "
+                               f"{len(diff)} outputs differ, first (row, n) {diff[:4].tolist()}")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
