@@ -203,8 +203,9 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
-    if fmt == FMT_INT8 and wgmma_config(rows, n, False):
-        return wgmma_config(rows, n, False)
+    wgmma = wgmma_config(rows, n, False) if fmt == FMT_INT8 else None
+    if wgmma:
+        return wgmma
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
@@ -239,8 +240,9 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
-    if fmt == FMT_INT8 and wgmma_config(rows, n, True):
-        return wgmma_config(rows, n, True)
+    wgmma = wgmma_config(rows, n, True) if fmt == FMT_INT8 else None
+    if wgmma:
+        return wgmma
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
     # with short K at 64+ rows, else the decode kernel (for long K it re-reads less per byte).
     if fmt == FMT_INT8:

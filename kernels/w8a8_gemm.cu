@@ -49,6 +49,31 @@ __device__ __forceinline__ uint4 lds_row(const uint8_t* base, int r, int u) {
 }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// Chunk c of the 128 weight rows n0.. (rows past N clamped) into a shared tile of 128-byte rows,
+// (row r, 16-byte unit u) at byte place(r, u): 4 cp.async copies of 16 bytes a thread of 256.
+// kPacked: from the tile-major layout, where the CTA's 8 tiles of chunk c are 8 contiguous
+// 2048-byte blocks and thread id copies 16 bytes at 16 o of block b, so a warp reads 512
+// contiguous bytes; that unit is piece j = o / 32, lane l = o % 32 of the block: row 16 b + l / 4 +
+// 8 (j % 2), unit 4 (j / 2) + l % 4. Else from the row-major layout, 8 threads a row.
+template <int kPacked, typename Place>
+__device__ __forceinline__ void copy_weight_rows(uint8_t* a, Place place, const uint8_t* __restrict__ w, int n0,
+                                                 int N, int K, int c) {
+#pragma unroll
+  for (int q = 0; q < 128 * 8 / 256; ++q) {
+    const int id = threadIdx.x + 256 * q;
+    if constexpr (kPacked) {
+      const int b = id >> 7, o = id & 127, j = o >> 5, l = o & 31;
+      const long long tile = min((n0 >> 4) + b, (N - 1) >> 4);
+      gdn::cp_async16(a + place(16 * b + (l >> 2) + 8 * (j & 1), 4 * (j >> 1) + (l & 3)),
+                      w + tile * 16 * K + (long long)c * 2048 + 16 * o);
+    } else {
+      const int r = id >> 3, u = id & 7;
+      const uint8_t* src_row = w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128;
+      gdn::cp_async16(a + place(r, u), src_row + 16 * u);
+    }
+  }
+}
+
 template <int kFmt, typename Acc>
 __device__ __forceinline__ void mma_chunk(Acc (&d)[4], const uint32_t (&a)[4],
                                           const uint32_t (&b)[2]) {
@@ -420,22 +445,8 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   auto load = [&](int stage, int c) {
     uint8_t* a = smem + stage * (kStageA + kStageB);
     uint8_t* b = a + kStageA;
-#pragma unroll
-    for (int q = 0; q < kN * 8 / 256; ++q) {
-      const int id = threadIdx.x + 256 * q;
-      if constexpr (kPacked) {
-        // The CTA's 8 tiles of chunk c are 8 contiguous 2048-byte blocks: thread id copies 16 bytes
-        // at 16 o of block b, so a warp reads 512 contiguous bytes. That unit is piece j = o / 32,
-        // lane l = o % 32 of the block: row 16 b + l / 4 + 8 (j % 2), unit 4 (j / 2) + l % 4.
-        const int b = id >> 7, o = id & 127, j = o >> 5, l = o & 31;
-        const long long tile = min((n0 >> 4) + b, (N - 1) >> 4);
-        gdn::cp_async16(a + swz(16 * b + (l >> 2) + 8 * (j & 1), 4 * (j >> 1) + (l & 3)),
-                        w + tile * 16 * K + (long long)c * 2048 + 16 * o);
-      } else {
-        const int r = id >> 3, u = id & 7;
-        cp_async_row(a, r, u, w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128);
-      }
-    }
+    static_assert(kN == 128, "copy_weight_rows copies 128 rows");
+    copy_weight_rows<kPacked>(a, [](int r, int u) { return swz(r, u); }, w, n0, N, K, c);
 #pragma unroll
     for (int q = 0; q < kT * 8 / 256; ++q) {
       const int id = threadIdx.x + 256 * q, r = id >> 3, u = id & 7;
@@ -567,7 +578,7 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 //
 // An int8 output is its exact int32 dot product times the two scales (the epilogue above), so
 // any order of K gives the same bits: this kernel, free of the decode kernels' chunk order, runs
-// Hopper's warpgroup MMA from shared memory at 32-256 rows. A CTA of two warpgroups owns 128
+// Hopper's warpgroup MMA from shared memory at 64-256 rows. A CTA of two warpgroups owns 128
 // weight rows (64 each, the MMA's M side) and kBN tokens (its N side); both operands go through
 // kStages shared-memory stages of one 128-byte chunk of K, copied by cp.async into the MMA's
 // canonical K-major layout with the 128-byte swizzle (rows of 128 bytes, 8-row atoms of 1 KB,
@@ -607,16 +618,6 @@ struct Wgmma<128> {
         : "l"(a), "l"(b), "r"(accumulate));
   }
 };
-template <>
-struct Wgmma<256> {
-  static __device__ __forceinline__ void mma(int (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]), "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
-};
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -632,7 +633,7 @@ __device__ __forceinline__ int swz128(int r, int u) { return r * 128 + ((u ^ (r 
 
 }  // namespace
 
-// kStages: shared-memory stages (at least 3).  kBN: tokens a CTA (64, 128 or 256).  kPacked: the
+// kStages: shared-memory stages (at least 3).  kBN: tokens a CTA (64 or 128).  kPacked: the
 // weight in the tile-major layout (W8a8Weight.tile_major) or row-major.  OutT: bf16 or fp16.
 // SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
 // sx: per-token scales.  out: [rows, N] at row stride ldc.  K: a multiple of 128.
@@ -641,7 +642,7 @@ __global__ void __launch_bounds__(256, 1)
 w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                   OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128 || kBN == 256), "wgmma schedule");
+  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128), "wgmma schedule");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 128;                                    // weight rows a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128;     // bytes a stage
@@ -657,22 +658,8 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   // Chunk c into stage s: the CTA's 128 weight rows (load_a) and kBN token rows (load_b), 8 units
   // of 16 bytes each.
   auto load_a = [&](int s, int c) {
-    uint8_t* a = smem + s * (kStageA + kStageB);
-#pragma unroll
-    for (int q = 0; q < kBM * 8 / 256; ++q) {
-      const int id = threadIdx.x + 256 * q;
-      if constexpr (kPacked) {
-        // As w8a8_tiled_kernel: 16 bytes at 16 o of tile blk's 2 KB block are row 16 blk + l / 4 +
-        // 8 (j % 2), unit 4 (j / 2) + l % 4 (j = o / 32, l = o % 32).
-        const int blk = id >> 7, o = id & 127, j = o >> 5, l = o & 31;
-        const long long tile = min((n0 >> 4) + blk, (N - 1) >> 4);
-        gdn::cp_async16(a + swz128(16 * blk + (l >> 2) + 8 * (j & 1), 4 * (j >> 1) + (l & 3)),
-                        w + tile * 16 * K + (long long)c * 2048 + 16 * o);
-      } else {
-        const int r = id >> 3, u = id & 7;
-        gdn::cp_async16(a + swz128(r, u), w + (long long)min(n0 + r, N - 1) * K + (long long)c * 128 + 16 * u);
-      }
-    }
+    copy_weight_rows<kPacked>(smem + s * (kStageA + kStageB), [](int r, int u) { return swz128(r, u); }, w, n0, N,
+                              K, c);
   };
   auto load_b = [&](int s, int c) {
     uint8_t* b = smem + s * (kStageA + kStageB) + kStageA;
