@@ -54,7 +54,7 @@ for step in $steps; do
     profile_gemm)
       # Where a decode GEMM's time goes: throughput, memory and warp-stall sections of one call.
       GDN_KERNELS_NVTX=1 run profile ncu_gemm timeout 300 ncu --nvtx --nvtx-include "regex:gdn_kernels\..*proj.*/" \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+        --clock-control none --kernel-name "regex:${PROFILE_KERNEL:-.}" --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats python3 bench/profile_one.py ${PROFILE_ARGS:---n 16384 --k 5120 --rows 1 --formats int8} ;;
     profile_pipes)
       # Which pipes a GEMM keeps busy: the issue-slot and per-pipe utilization of one call.

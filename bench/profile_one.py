@@ -26,7 +26,8 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4096)
     ap.add_argument("--rows", type=int, default=4)
     ap.add_argument("--formats", default="int8,fp8_block,nvfp4",
-                    help="comma list of int8, fp8_channel, fp8_block, nvfp4, nvfp4_tiles (tile-major NVFP4)")
+                    help="comma list of int8, fp8_channel, fp8_block, nvfp4, and any of them with _tiles"
+                         " (the tile-major layout)")
     args = ap.parse_args()
     n, k, rows = args.n, args.k, args.rows
     x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
@@ -37,7 +38,8 @@ def main() -> int:
             w = random_nvfp4_weight(n, k, 3)
             assert fctx.proj(w.tile_major() if fmt == "nvfp4_tiles" else w, x, k, rows, out, n)
         else:
-            assert wctx.proj(random_w8a8_weight(fmt, n, k, 3), x, k, rows, out, n)
+            w = random_w8a8_weight(fmt.removesuffix("_tiles"), n, k, 3)
+            assert wctx.proj(w.tile_major() if fmt.endswith("_tiles") else w, x, k, rows, out, n)
     cupy.cuda.runtime.deviceSynchronize()
     print("profiled projections done")
     return 0
