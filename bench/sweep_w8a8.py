@@ -48,6 +48,7 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
+    ap.add_argument("--wgmma-only", action="store_true", help="time only the warpgroup-MMA schedules (int8)")
     ap.add_argument("--pre", action="store_true",
                     help="instead: the shared-memory staging schedules (_build.pre_sweep_cfgs, rows 1-16) on "
                          "tile-major weights, each timed as a whole projection (quantizer + GEMM with PDL)")
@@ -104,6 +105,8 @@ def main() -> int:
                         cfgs = _build.sweep_cfgs(tiles) + _build.wgmma_sweep_cfgs(code, tiles)
                         if args.packed:
                             cfgs += _build.sweep_cfgs(tiles, True) + _build.wgmma_sweep_cfgs(code, tiles, True)
+                        if args.wgmma_only:
+                            cfgs = tuple(c for c in cfgs if c.wg)
                         family, x_ptr = "w8a8_gemm_sweep", None
                     for cfg in cfgs:
                         key = ("packed_" if cfg.packed else "") + (

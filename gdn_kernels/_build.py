@@ -122,7 +122,9 @@ class GemmCfg:
     quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
     (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
-    ``wg`` tokens a CTA on warpgroup MMAs. No field changes an output bit (the first two kernels
+    ``wg`` tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
+    tensor copies (w8a8_wgmma_tma_kernel: ``tma`` 1 the weight, 2 the tokens too; the kernel then
+    takes two tensor maps before its other arguments). No field changes an output bit (the first two kernels
     do the decode kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32
     dot product scaled, whatever the order), so the schedule may depend on the shape and the row
     count freely."""
@@ -135,6 +137,7 @@ class GemmCfg:
     packed: int = 0
     pre: int = 0
     wg: int = 0
+    tma: int = 0
 
     threads = 32 * GEMM_WARPS
 
@@ -144,8 +147,9 @@ class GemmCfg:
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
         stages before waiting on the quantizer."""
         if self.wg:
-            # A 128-row weight tile and a wg-token tile a stage, and 1 KB to align the swizzle atoms.
-            return self.stages * (128 + self.wg) * 128 + 1024
+            # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
+            # and with tensor copies a barrier a stage.
+            return self.stages * (128 + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
         if self.stages:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
@@ -157,10 +161,19 @@ class GemmCfg:
             return (-(-rows // 64), -(-n // 128), 1)
         return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
 
+    @property
+    def args(self) -> str:
+        """The kernel's arguments as a :class:`Kernel` format: w, sw, xq, sx, out, ldc, N, K, rows,
+        after two 128-byte tensor maps (weight, tokens) for the tensor-copy kernel."""
+        return ("128s128s" if self.tma else "") + "PPPPPqiii"
+
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the warpgroup-MMA kernel runs int8 only")
+            if self.tma:
+                return (f"w8a8_wgmma_tma_kernel<{self.stages}, {self.wg}, {self.packed}, {self.tma}, {out_t}, "
+                        f"{scale_t}>")
             return f"w8a8_wgmma_kernel<{self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
         if self.stages:
             return f"w8a8_tiled_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
@@ -274,7 +287,11 @@ def wgmma_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
 
 # Warpgroup-MMA schedules the sweep adds for int8 at 17+ rows (both layouts with --packed).
 WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stages=8, wg=64),
-               GemmCfg(stages=4, wg=128), GemmCfg(stages=5, wg=128), GemmCfg(stages=6, wg=128))
+               GemmCfg(stages=4, wg=128), GemmCfg(stages=5, wg=128), GemmCfg(stages=6, wg=128),
+               # Tensor copies of the weight (tma 1) or of both operands (tma 2).
+               GemmCfg(stages=6, wg=64, tma=1), GemmCfg(stages=8, wg=64, tma=1), GemmCfg(stages=4, wg=128, tma=1),
+               GemmCfg(stages=6, wg=128, tma=1), GemmCfg(stages=6, wg=64, tma=2), GemmCfg(stages=8, wg=64, tma=2),
+               GemmCfg(stages=9, wg=64, tma=2), GemmCfg(stages=4, wg=128, tma=2), GemmCfg(stages=6, wg=128, tma=2))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:

@@ -338,16 +338,18 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
 
     tiles = _build.gemm_tiles(rows)
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
-    kern = ctx.modules.kernel(family, name, "PPPPPqiii", cfg.smem)
+    kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)
+    maps = ctx.tma_maps(w, cfg)
 
     def launch():
-        kern.launch(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
+        kern.launch(grid, cfg.threads, stream_ptr, *maps, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
 
     def launch_proj():
         ctx.quantize_activations(w, x_ptr, w.k, rows, stream_ptr)
-        kern.launch_dependent(grid, cfg.threads, stream_ptr, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n, w.k, rows)
+        kern.launch_dependent(grid, cfg.threads, stream_ptr, *maps, w.qweight, w.scale, xq, xs, out_ptr, ldc, w.n,
+                              w.k, rows)
 
     return launch if x_ptr is None else launch_proj
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gdn_kernels import _build, _nvtx, _ptr
+from gdn_kernels import _build, _nvtx, _ptr, _tma
 from gdn_kernels.weights import FP8_BLOCK, Fp8ScaleFormat, Fp8Weight, W8a8Weight, WeightFormat
 
 ACT_DTYPES = ("bfloat16", "float16")
@@ -32,7 +32,6 @@ _QUANT_KIND = {
 # alone at d7b7779, not yet explained; bench/NOTES.md W8A8 v6.)
 _QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
-_GEMM_ARGS = "PPPPPqiii"  # w, sw, xq, sx, out, ldc, N, K, rows
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
 
 
@@ -150,8 +149,9 @@ class W8a8Ctx:
                         for scale in scales:
                             name = _build.gemm_instance(code, tiles, out, scale, cfg)
                             self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
-                                "w8a8_gemm", name, _GEMM_ARGS, cfg.smem)
+                                "w8a8_gemm", name, cfg.args, cfg.smem)
         self._gemm_by_shape = {}
+        self._maps = _tma.MapCache()
         self._quant = {}
         self._quant_threads = {fmt: _build.quant_threads(kind) for fmt, kind in _QUANT_KIND.items()}
         for fmt, kind in _QUANT_KIND.items():
@@ -236,8 +236,16 @@ class W8a8Ctx:
             cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
             entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)], cfg)
         gemm, cfg = entry
-        gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream,
+        gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream, *self.tma_maps(w, cfg),
                               w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
+
+    def tma_maps(self, w: W8a8Weight, cfg) -> tuple[bytes, ...]:
+        """The tensor maps a schedule's kernel takes before its other arguments (weight, then
+        the workspace's tokens), none for the kernels without tensor copies; built once each."""
+        if not cfg.tma:
+            return ()
+        return (self._maps.weight(w.qweight, w.n, w.k, w.layout),
+                self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg))
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
         if fmt is WeightFormat.FP8_BLOCK:

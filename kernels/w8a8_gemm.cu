@@ -633,30 +633,39 @@ __device__ __forceinline__ int swz128(int r, int u) { return r * 128 + ((u ^ (r 
 
 }  // namespace
 
-// kStages: shared-memory stages (at least 3).  kBN: tokens a CTA (64 or 128).  kPacked: the
-// weight in the tile-major layout (W8a8Weight.tile_major) or row-major.  OutT: bf16 or fp16.
-// SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
-// sx: per-token scales.  out: [rows, N] at row stride ldc.  K: a multiple of 128.
-template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
-__global__ void __launch_bounds__(256, 1)
-w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128), "wgmma schedule");
+// The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
+// a CTA (64 or 128).  kPacked: the weight in the tile-major layout (W8a8Weight.tile_major) or
+// row-major.  kTma: 0 both operands copied by cp.async; 1 the weight by tensor copies of wmap (one
+// box of 128 rows x 128 bytes a stage, landing swizzled as the MMA reads it; gdn_kernels/_tma.py
+// builds the maps), the tokens by cp.async; 2 both by tensor copies (xmap: the workspace as
+// [rows, K]).  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.
+// xq: int8 activations [rows, K].  sx: per-token scales.  out: [rows, N] at row stride ldc.
+// K: a multiple of 128.
+template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
+__device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn::TensorMap* xmap,
+                                           const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                                           const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                                           OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128) && kTma >= 0 && kTma <= 2, "wgmma schedule");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 128;                                    // weight rows a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128;     // bytes a stage
+  constexpr uint32_t kTmaBytes = kStageA + (kTma == 2 ? kStageB : 0);
   extern __shared__ uint8_t smem_raw[];
   // The swizzle is a function of the address: atoms must sit on 1 KB boundaries.
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   uint8_t* const smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
   const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
+  // With tensor copies, one barrier a stage after the stages: chunk c lands on barrier c % kStages
+  // in its phase c / kStages.
+  const uint32_t bars = smem_s + kStages * (kStageA + kStageB);
   const int wg = threadIdx.x >> 7;                            // warpgroup: weight rows 64 wg..
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
   const int chunks = K >> 7;
 
   // Chunk c into stage s: the CTA's 128 weight rows (load_a) and kBN token rows (load_b), 8 units
-  // of 16 bytes each.
+  // of 16 bytes each, by cp.async (every thread); tma_a and tma_b: the same by tensor copies
+  // (one thread).
   auto load_a = [&](int s, int c) {
     copy_weight_rows<kPacked>(smem + s * (kStageA + kStageB), [](int r, int u) { return swz128(r, u); }, w, n0, N,
                               K, c);
@@ -669,6 +678,19 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       gdn::cp_async16(b + swz128(r, u), xq + (long long)min(tok0 + r, rows - 1) * K + (long long)c * 128 + 16 * u);
     }
   };
+  auto tma_a = [&](int s, int c) {
+    const uint32_t dst = smem_s + s * (kStageA + kStageB), bar = bars + 8 * s;
+    if constexpr (kPacked) {
+      // The tile-major weight as 5 dimensions (units 0-3 of a row, the chunk's halves, row % 8,
+      // the tile's row halves, 16-row tiles), boxed in the order of the swizzled 128-byte rows.
+      gdn::tma_load_5d(dst, wmap, bar, 0, 2 * c, 0, 0, n0 >> 4);
+    } else {
+      gdn::tma_load_2d(dst, wmap, bar, c * 128, n0);
+    }
+  };
+  auto tma_b = [&](int s, int c) {
+    gdn::tma_load_2d(smem_s + s * (kStageA + kStageB) + kStageA, xmap, bars + 8 * s, c * 128, tok0);
+  };
 
   int d[kBN / 2];
 #pragma unroll
@@ -677,28 +699,63 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     asm volatile("" : "+r"(d[i])::"memory");  // the zeros are in place before the first MMA
   }
 
-  // The weight does not depend on the quantizer: the first stages' weight chunks are requested
-  // before the wait (they complete with the first commit group, chunk 0's), the tokens after it.
+  if constexpr (kTma > 0) {
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int s = 0; s < kStages - 2; ++s)
-    if (s < chunks) load_a(s, s);
+      for (int s = 0; s < kStages; ++s) gdn::mbar_init(bars + 8 * s, 1);
+      gdn::mbar_init_fence();
+    }
+    __syncthreads();
+  }
+  // The weight does not depend on the quantizer: the first stages' weight chunks are requested
+  // before the wait (by cp.async they complete with the first commit group, chunk 0's), the
+  // tokens after it.
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if constexpr (kTma == 0) {
+      if (s < chunks) load_a(s, s);
+    } else if (threadIdx.x == 0 && s < chunks) {
+      // With the tokens on the same barrier, the arrival waits until their copy is requested.
+      if constexpr (kTma == 1) {
+        gdn::mbar_arrive_expect_tx(bars + 8 * s, kTmaBytes);
+      } else {
+        gdn::mbar_expect_tx(bars + 8 * s, kStageA);
+      }
+      tma_a(s, s);
+    }
+  }
   gdn::pdl_wait();
 #pragma unroll
   for (int s = 0; s < kStages - 2; ++s) {
-    if (s < chunks) load_b(s, s);
-    gdn::cp_async_commit();
+    if constexpr (kTma < 2) {
+      if (s < chunks) load_b(s, s);
+      gdn::cp_async_commit();
+    } else if (threadIdx.x == 0 && s < chunks) {
+      gdn::mbar_arrive_expect_tx(bars + 8 * s, kStageB);
+      tma_b(s, s);
+    }
   }
   for (int i = 0; i < chunks; ++i) {
-    gdn::cp_async_wait<kStages - 3>();  // chunk i has landed (this thread's copies)
-    fence_proxy_async();
-    // Every thread's copies of chunk i are in, and every warpgroup has waited out the MMAs of
-    // chunk i - 2, whose stage is refilled now.
+    if constexpr (kTma < 2) gdn::cp_async_wait<kStages - 3>();  // chunk i's cp.async copies (this thread's)
+    if constexpr (kTma > 0) gdn::mbar_wait(bars + 8 * (i % kStages), (i / kStages) & 1);
+    if constexpr (kTma < 2) fence_proxy_async();
+    // Every copy of chunk i is in, and every warpgroup has waited out the MMAs of chunk i - 2,
+    // whose stage is refilled now.
     __syncthreads();
-    if (i + kStages - 2 < chunks) {
-      load_a((i + kStages - 2) % kStages, i + kStages - 2);
-      load_b((i + kStages - 2) % kStages, i + kStages - 2);
+    const int next = i + kStages - 2;
+    if (next < chunks) {
+      const int s = next % kStages;
+      if constexpr (kTma == 0) load_a(s, next);
+      if constexpr (kTma < 2) load_b(s, next);
+      if constexpr (kTma > 0) {
+        if (threadIdx.x == 0) {
+          gdn::mbar_arrive_expect_tx(bars + 8 * s, kTmaBytes);
+          tma_a(s, next);
+          if constexpr (kTma == 2) tma_b(s, next);
+        }
+      }
     }
-    gdn::cp_async_commit();
+    if constexpr (kTma < 2) gdn::cp_async_commit();
     const uint32_t a = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 128;
     const uint32_t b = smem_s + (i % kStages) * (kStageA + kStageB) + kStageA;
     wgmma_fence();
@@ -722,4 +779,24 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), sx[tok]), to_float(sw[n]));
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
+}
+
+// Both operands by cp.async (kernel arguments as the other W8A8 GEMMs).
+template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(256, 1)
+w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_gemm<kStages, kBN, kPacked, 0>(nullptr, nullptr, w, sw, xq, sx, out, ldc, N, K, rows);
+}
+
+// kTma 1 or 2: tensor copies of the weight (wmap) and, with 2, of the tokens (xmap); the maps
+// come first among the arguments, 64-byte aligned.
+template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
+__global__ void __launch_bounds__(256, 1)
+w8a8_wgmma_tma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                      const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                      const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                      OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_gemm<kStages, kBN, kPacked, kTma>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
 }
