@@ -110,7 +110,7 @@ def main() -> int:
                         family, x_ptr = "w8a8_gemm_sweep", None
                     for cfg in cfgs:
                         key = ("packed_" if cfg.packed else "") + (
-                            f"wg{cfg.wg}_s{cfg.stages}" if cfg.wg else f"tiled{cfg.stages}" if cfg.stages
+                            f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "") if cfg.wg else f"tiled{cfg.stages}" if cfg.stages
                             else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
                         key += f"_pre{cfg.pre}" if args.pre else ""
                         ws = packed_weights if cfg.packed else weights

@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
 import struct
 import threading
 from dataclasses import dataclass
@@ -611,7 +612,10 @@ class Kernel:
         self.ptr = ptr
         self.name = name
         self.smem = smem
-        self._struct = struct.Struct("@" + fmt)
+        # A 64-byte aligned parameter (a tensor map, "128s") is placed by the compiler on an
+        # aligned address of the parameter bank, not an aligned offset: lay such arguments out at
+        # the offsets the driver reports.
+        self._struct = struct.Struct(_driver_layout(ptr, fmt) if "s" in fmt else "@" + fmt)
         self._local = threading.local()
 
     def _buffers(self):
@@ -646,6 +650,29 @@ class Kernel:
         buf, _, _, extra_addr = self._buffers()
         self._struct.pack_into(buf, 0, *args)
         _pdl_launch(self.ptr, grid, block, self.smem, stream, extra_addr)
+
+
+_FMT_ITEM = re.compile(r"(\d*)([a-zA-Z])")
+
+
+def _driver_layout(func: int, fmt: str) -> str:
+    """A standard-size :mod:`struct` format of ``fmt``'s items ("P" as 8 bytes) at the parameter
+    offsets the driver reports for ``func`` (cuFuncGetParamInfo), padding between them."""
+    fn = ctypes.CDLL("libcuda.so.1").cuFuncGetParamInfo
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    fn.restype = ctypes.c_int
+    out, pos = ["="], 0
+    for i, (count, code) in enumerate(_FMT_ITEM.findall(fmt)):
+        item = f"{count}{'Q' if code == 'P' else code}"
+        off, size = ctypes.c_size_t(), ctypes.c_size_t()
+        err = fn(ctypes.c_void_p(func), i, ctypes.byref(off), ctypes.byref(size))
+        if err or off.value < pos or size.value != struct.calcsize("=" + item):
+            raise RuntimeError(f"kernel parameter {i} ({item}): driver reports offset {off.value}, size {size.value} "
+                               f"(CUresult {err}); expected at or after {pos}, size {struct.calcsize('=' + item)}")
+        out.append(f"{off.value - pos}x" if off.value > pos else "")
+        out.append(item)
+        pos = off.value + size.value
+    return "".join(out)
 
 
 class _LaunchAttr(ctypes.Structure):
