@@ -16,6 +16,7 @@ MAP_BYTES = 128
 
 _UINT8 = 0                 # CU_TENSOR_MAP_DATA_TYPE_UINT8
 _INTERLEAVE_NONE = 0
+_SWIZZLE_64B = 2
 _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZERO = 0         # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: boxes past the end read zeros
@@ -35,10 +36,11 @@ def _encoder():
     return _encode
 
 
-def encode_bytes(ptr: int, dims, strides, box) -> bytes:
-    """A uint8 tensor map with the 128-byte swizzle: ``dims`` innermost first (dimension 0
-    contiguous), ``strides`` in bytes of dimensions 1.., ``box`` the elements a copy takes in each.
-    Raises RuntimeError with the driver's code when the driver refuses the description."""
+def encode_bytes(ptr: int, dims, strides, box, swizzle: int = 128) -> bytes:
+    """A uint8 tensor map with the 128- or 64-byte swizzle (``swizzle``; the box's rows of
+    ``box[0]`` bytes at that pitch): ``dims`` innermost first (dimension 0 contiguous), ``strides``
+    in bytes of dimensions 1.., ``box`` the elements a copy takes in each. Raises RuntimeError with
+    the driver's code when the driver refuses the description."""
     rank = len(dims)
     if not (len(strides) == rank - 1 and len(box) == rank and 1 <= rank <= 5):
         raise ValueError("a tensor map takes 1-5 dimensions, a stride for each but the first, a box size for each")
@@ -48,7 +50,8 @@ def encode_bytes(ptr: int, dims, strides, box) -> bytes:
     err = _encoder()(addr, _UINT8, rank, ctypes.c_void_p(ptr),
                      (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
                      (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*([1] * rank)),
-                     _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_PROMOTION_256B, _OOB_FILL_ZERO)
+                     _INTERLEAVE_NONE, {128: _SWIZZLE_128B, 64: _SWIZZLE_64B}[swizzle], _L2_PROMOTION_256B,
+                     _OOB_FILL_ZERO)
     if err:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed (CUresult {err}) for dims {dims}, strides {strides}, "
                            f"box {box}")
@@ -56,23 +59,24 @@ def encode_bytes(ptr: int, dims, strides, box) -> bytes:
 
 
 def weight_map_shape(n: int, k: int, layout: str):
-    """(dims, strides, box) of the map over an int8 weight [N, K] whose box is one stage of
-    w8a8_wgmma_tma_kernel: 128 weight rows x one 128-byte chunk of K, as rows of 128 bytes.
+    """(dims, strides, box, swizzle) of the map over an int8 weight [N, K] whose box is one stage
+    of w8a8_wgmma_tma_kernel: 128 weight rows x one 128-byte chunk of K.
 
-    Row-major: two dimensions (K, N). Tile-major (``tiles16``, per 16-row tile and chunk 2048
-    bytes [64-byte half][row group of 8][row][16-byte unit]): five dimensions ordered so that the
-    box walks the bytes row by row (the 64 bytes of a half-row, the two halves of the chunk, the
-    row in its group, the group, the tile), whatever their order in memory."""
+    Row-major: two dimensions (K, N), the box as 128 rows of 128 bytes, 128-byte swizzle.
+    Tile-major (``tiles16``, per 16-row tile and chunk 2048 bytes [64-byte half][row group of
+    8][row][16-byte unit]): five dimensions (the 64 bytes of a half-row, the row in its group, the
+    group, the tile, then the chunk's halves) so that the box lands as two blocks of 128 rows of
+    64 bytes, one a half of the chunk, 64-byte swizzle."""
     if layout == "tiles16":
         tiles = -(-n // 16)
-        return ((64, 2 * (k // 128), 8, 2, tiles), (1024, 64, 512, 16 * k), (64, 2, 8, 2, 8))
-    return ((k, n), (k,), (128, 128))
+        return ((64, 8, 2, tiles, 2 * (k // 128)), (64, 512, 16 * k, 1024), (64, 8, 2, 8, 2), 64)
+    return ((k, n), (k,), (128, 128), 128)
 
 
 def act_map_shape(max_rows: int, k: int, tokens: int):
-    """(dims, strides, box) of the map over the quantized activations [max_rows, K] (row stride
+    """(dims, strides, box, swizzle) of the map over the quantized activations [max_rows, K] (row stride
     K): ``tokens`` rows x one 128-byte chunk a box."""
-    return ((k, max_rows), (k,), (128, tokens))
+    return ((k, max_rows), (k,), (128, tokens), 128)
 
 
 class MapCache:

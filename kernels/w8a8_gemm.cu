@@ -592,6 +592,10 @@ namespace {
 __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr) {
   return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
+// The same for 64-byte swizzled atoms (rows of 64 bytes, 8-row atoms of 512 bytes): swizzle mode 2.
+__device__ __forceinline__ uint64_t wgmma_desc64(uint32_t smem_addr) {
+  return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(512 >> 4) << 32) | (2ull << 62);
+}
 
 // D (+)= A B, A [64, 32] s8 from shared memory (descriptor a), B [32, kN] s8 (descriptor b), int32;
 // accumulate 0: D = A B. Thread t of warp w (of the warpgroup) holds d[4j + r]: row 16w + t/4 +
@@ -635,10 +639,11 @@ __device__ __forceinline__ int swz128(int r, int u) { return r * 128 + ((u ^ (r 
 
 // The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
 // a CTA (64 or 128).  kPacked: the weight in the tile-major layout (W8a8Weight.tile_major) or
-// row-major.  kTma: 0 both operands copied by cp.async; 1 the weight by tensor copies of wmap (one
-// box of 128 rows x 128 bytes a stage, landing swizzled as the MMA reads it; gdn_kernels/_tma.py
-// builds the maps), the tokens by cp.async; 2 both by tensor copies (xmap: the workspace as
-// [rows, K]).  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.
+// row-major.  kTma: 0 both operands copied by cp.async; 1 the weight by tensor copies of wmap (a
+// box a stage, landing swizzled as the MMA reads it: from a row-major weight 128 rows of 128
+// bytes, 128-byte swizzle; from a tile-major one, whose rows are 64-byte halves, two blocks of 128
+// rows of 64 bytes, 64-byte swizzle; gdn_kernels/_tma.py builds the maps), the tokens by
+// cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.
 // xq: int8 activations [rows, K].  sx: per-token scales.  out: [rows, N] at row stride ldc.
 // K: a multiple of 128.
 template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
@@ -681,9 +686,10 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
   auto tma_a = [&](int s, int c) {
     const uint32_t dst = smem_s + s * (kStageA + kStageB), bar = bars + 8 * s;
     if constexpr (kPacked) {
-      // The tile-major weight as 5 dimensions (units 0-3 of a row, the chunk's halves, row % 8,
-      // the tile's row halves, 16-row tiles), boxed in the order of the swizzled 128-byte rows.
-      gdn::tma_load_5d(dst, wmap, bar, 0, 2 * c, 0, 0, n0 >> 4);
+      // The tile-major weight as 5 dimensions (the 64 bytes of a half-row, row % 8, the tile's row
+      // halves, 16-row tiles, the chunk's halves): two blocks of 128 rows of 64 bytes (64-byte
+      // swizzle), one a half of the chunk.
+      gdn::tma_load_5d(dst, wmap, bar, 0, 0, 0, n0 >> 4, 2 * c);
     } else {
       gdn::tma_load_2d(dst, wmap, bar, c * 128, n0);
     }
@@ -758,9 +764,15 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
     if constexpr (kTma < 2) gdn::cp_async_commit();
     const uint32_t a = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 128;
     const uint32_t b = smem_s + (i % kStages) * (kStageA + kStageB) + kStageA;
+    const uint32_t a_half = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 64;
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) Wgmma<kBN>::mma(d, wgmma_desc(a + 32 * s), wgmma_desc(b + 32 * s), 1);
+    for (int s = 0; s < 4; ++s) {
+      // A tile-major weight by tensor copies: k32 step s in half s / 2, 32 bytes into its rows.
+      const uint64_t da = kPacked && kTma ? wgmma_desc64(a_half + (s >> 1) * (kStageA / 2) + 32 * (s & 1))
+                                          : wgmma_desc(a + 32 * s);
+      Wgmma<kBN>::mma(d, da, wgmma_desc(b + 32 * s), 1);
+    }
     wgmma_commit();
     wgmma_wait<1>();
   }
