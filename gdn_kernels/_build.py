@@ -276,14 +276,27 @@ WGMMA_MIN_ROWS = 64
 WGMMA_MIN_CTAS = 32
 
 
+# Stages of the tensor-copy form by token tile, either layout (sweep_w8a8_tma_ff9af0f_h200.md: both
+# operands by tensor copies, 8 stages of 64 tokens or 6 of 128, was the fastest or within 4% of it
+# on the model shapes at 64-256 rows, 0-22% faster than the cp.async form).
+WGMMA_TMA_STAGES = {64: 8, 128: 6}
+
+
 def wgmma_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
     """int8: the warpgroup-MMA schedule of this row count, N and weight layout (128 tokens a CTA
-    beyond 64 rows where that keeps 64 CTAs, else 64), or None where the decode kernels run."""
+    beyond 64 rows where that keeps 64 CTAs, else 64; both operands by tensor copies), or None
+    where the decode kernels run."""
     tiles_n = -(-n // 128)
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
     wg = 128 if rows > 64 and -(-rows // 128) * tiles_n >= 64 else 64
-    return GemmCfg(stages=WGMMA_STAGES[(wg, int(packed))], wg=wg, packed=int(packed))
+    return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2)
+
+
+def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
+    """The cp.async twin of a tensor-copy schedule, for a driver that cannot describe the
+    tensor-map kernel's parameters (cuFuncGetParamInfo, CUDA 12.4+) or encode its maps."""
+    return GemmCfg(stages=WGMMA_STAGES[(cfg.wg, cfg.packed)], wg=cfg.wg, packed=cfg.packed)
 
 
 # Warpgroup-MMA schedules the sweep adds for int8 at 17+ rows (both layouts with --packed).
@@ -300,8 +313,8 @@ def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     layouts)."""
     probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
     rows = {1: (1,), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
-    return tuple(dict.fromkeys(gemm_config(fmt, r, n, k, packed) for packed in (False, True)
-                               for n, k in probes for r in rows))
+    cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
+    return tuple(dict.fromkeys(cfgs + [wgmma_fallback(c) for c in cfgs if c.tma]))
 
 
 def gemm_instance(fmt: int, tiles: int, out: str, scale: str = "float32", cfg: GemmCfg | None = None) -> str:

@@ -36,6 +36,13 @@ def _encoder():
     return _encode
 
 
+def check_driver() -> None:
+    """Raises (AttributeError, OSError) unless the driver has what the tensor-copy kernels need:
+    cuTensorMapEncodeTiled and cuFuncGetParamInfo (CUDA 12.4+)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuTensorMapEncodeTiled, lib.cuFuncGetParamInfo
+
+
 def encode_bytes(ptr: int, dims, strides, box, swizzle: int = 128) -> bytes:
     """A uint8 tensor map with the 128- or 64-byte swizzle (``swizzle``; the box's rows of
     ``box[0]`` bytes at that pitch): ``dims`` innermost first (dimension 0 contiguous), ``strides``

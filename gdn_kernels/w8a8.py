@@ -147,9 +147,7 @@ class W8a8Ctx:
                 for cfg in _build.gemm_configs(code, tiles):
                     for out in ACT_DTYPES:
                         for scale in scales:
-                            name = _build.gemm_instance(code, tiles, out, scale, cfg)
-                            self._gemm[(fmt, tiles, cfg, out, scale)] = self.modules.kernel(
-                                "w8a8_gemm", name, cfg.args, cfg.smem)
+                            self._gemm[(fmt, tiles, cfg, out, scale)] = self._gemm_kernel(code, tiles, out, scale, cfg)
         self._gemm_by_shape = {}
         self._maps = _tma.MapCache()
         self._quant = {}
@@ -160,6 +158,20 @@ class W8a8Ctx:
                 self._quant[(fmt, dtype)] = self.modules.kernel("act_quant", name, _QUANT_ARGS)
         self._quant_rows = {(fmt, dtype): self.modules.kernel("act_quant", _build.quant_instance(kind, dtype), _QUANT_ARGS)
                             for fmt, kind in _QUANT_ROWS_KIND.items() for dtype in ACT_DTYPES}
+
+    def _gemm_kernel(self, code: int, tiles: int, out: str, scale: str, cfg):
+        """(kernel, the schedule it runs): a tensor-copy schedule falls back to its cp.async twin
+        where this driver cannot lay out or encode tensor maps (same bits)."""
+        def kern(c):
+            return self.modules.kernel("w8a8_gemm", _build.gemm_instance(code, tiles, out, scale, c), c.args, c.smem)
+
+        if cfg.tma:
+            try:
+                _tma.check_driver()
+                return kern(cfg), cfg
+            except (AttributeError, OSError, RuntimeError):
+                cfg = _build.wgmma_fallback(cfg)
+        return kern(cfg), cfg
 
     def supports(self, w: W8a8Weight, rows: int, dtype: str = "bfloat16") -> Support:
         """Pure: whether ``proj`` runs this case (True) or declines it (False, with the reason)."""
@@ -234,7 +246,7 @@ class W8a8Ctx:
             # The schedule depends on the shape, row count and layout alone: chosen once, then
             # looked up.
             cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
-            entry = self._gemm_by_shape[key] = (self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)], cfg)
+            entry = self._gemm_by_shape[key] = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
         gemm, cfg = entry
         gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream, *self.tma_maps(w, cfg),
                               w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
