@@ -265,9 +265,10 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     return GemmCfg(stages=4) if rows >= 64 and n >= 12288 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
-# The warpgroup-MMA kernel's stages by token tile and weight layout (shared memory: 128 + wg rows
-# of 128 bytes a stage, one CTA a multiprocessor): the sweep's fastest (sweep_w8a8_wgmma_7a8c8b6_h200.md;
-# on tile-major weights the deepest rings are slower than on row-major ones).
+# The cp.async form's stages by token tile and weight layout (shared memory: 128 + wg rows of 128
+# bytes a stage, one CTA a multiprocessor): the sweep's fastest (sweep_w8a8_wgmma_7a8c8b6_h200.md;
+# on tile-major weights the deepest rings are slower than on row-major ones). Shipped only where
+# the driver cannot run the tensor-copy form (wgmma_fallback).
 WGMMA_STAGES = {(64, 0): 8, (128, 0): 6, (64, 1): 6, (128, 1): 5}
 # int8 runs it from this many rows, where it has at least WGMMA_MIN_CTAS CTAs of 64 tokens
 # (sweep_w8a8_wgmma_0755df7_h200.md: at 32 rows the decode kernel is faster on most model
