@@ -93,15 +93,15 @@ class MapCache:
         self._maps: dict[tuple, bytes] = {}
 
     def weight(self, ptr: int, n: int, k: int, layout: str) -> bytes:
-        key = ("w", ptr, n, k, layout)
-        m = self._maps.get(key)
-        if m is None:
-            m = self._maps[key] = encode_bytes(ptr, *weight_map_shape(n, k, layout))
-        return m
+        return self._get(("w", ptr, n, k, layout), ptr, lambda: weight_map_shape(n, k, layout))
 
     def activations(self, ptr: int, max_rows: int, k: int, tokens: int) -> bytes:
-        key = ("x", ptr, max_rows, k, tokens)
+        return self._get(("x", ptr, max_rows, k, tokens), ptr, lambda: act_map_shape(max_rows, k, tokens))
+
+    def _get(self, key: tuple, ptr: int, shape) -> bytes:
         m = self._maps.get(key)
         if m is None:
-            m = self._maps[key] = encode_bytes(ptr, *act_map_shape(max_rows, k, tokens))
+            if len(self._maps) > 4096:
+                self._maps.clear()
+            m = self._maps[key] = encode_bytes(ptr, *shape())
         return m

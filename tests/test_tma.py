@@ -67,3 +67,24 @@ def test_activation_box_holds_the_token_rows():
         want = np.zeros((tokens, 128), np.uint8)
         want[: min(tokens, max_rows - tok0)] = x[tok0:tok0 + tokens, 128:256]
         assert (got == want).all()
+
+
+def test_map_cache_builds_each_map_once(monkeypatch):
+    """A map is encoded on its first use and looked up after; another address, shape, layout or
+    token tile is another map (the driver's encoder replaced by a recorder: no GPU here)."""
+    calls = []
+
+    def fake_encode(ptr, dims, strides, box, swizzle=128):
+        calls.append((ptr, dims, strides, box, swizzle))
+        return bytes([len(calls)]) * _tma.MAP_BYTES
+
+    monkeypatch.setattr(_tma, "encode_bytes", fake_encode)
+    cache = _tma.MapCache()
+    a = cache.weight(1 << 20, 256, 512, "rows")
+    assert cache.weight(1 << 20, 256, 512, "rows") == a and len(calls) == 1
+    assert calls[0] == ((1 << 20,) + _tma.weight_map_shape(256, 512, "rows"))
+    assert cache.weight(1 << 20, 256, 512, "tiles16") != a
+    assert cache.weight(2 << 20, 256, 512, "rows") != a
+    x = cache.activations(3 << 20, 64, 512, 64)
+    assert cache.activations(3 << 20, 64, 512, 64) == x and cache.activations(3 << 20, 64, 512, 128) != x
+    assert len(calls) == 5
