@@ -39,6 +39,17 @@ def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str
     (outdir / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
+def schedule_key(cfg) -> str:
+    """The column name of a schedule (see the caption)."""
+    if cfg.wg:
+        name = f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
+    elif cfg.stages:
+        name = f"tiled{cfg.stages}"
+    else:
+        name = f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}"
+    return ("packed_" if cfg.packed else "") + name
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench/results")
@@ -109,10 +120,7 @@ def main() -> int:
                             cfgs = tuple(c for c in cfgs if c.wg)
                         family, x_ptr = "w8a8_gemm_sweep", None
                     for cfg in cfgs:
-                        key = ("packed_" if cfg.packed else "") + (
-                            f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "") if cfg.wg else f"tiled{cfg.stages}" if cfg.stages
-                            else f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}")
-                        key += f"_pre{cfg.pre}" if args.pre else ""
+                        key = schedule_key(cfg) + (f"_pre{cfg.pre}" if args.pre else "")
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()
@@ -134,7 +142,7 @@ def main() -> int:
                 cupy.get_default_memory_pool().free_all_blocks()
     caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
                "b (CTAs an SM), tiledN (the tiled kernel, N stages), wgT_sN (int8: the warpgroup-MMA kernel, T tokens a "
-               "CTA, N stages); packed_*: the same on tile-major weights "
+               "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands); packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
                "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL.")

@@ -669,12 +669,16 @@ class Kernel:
 _FMT_ITEM = re.compile(r"(\d*)([a-zA-Z])")
 
 
+def param_info_fn():
+    """cuFuncGetParamInfo (CUDA 12.4+): a kernel parameter's offset and size."""
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    return driver_fn("cuFuncGetParamInfo", ctypes.c_void_p, ctypes.c_size_t, size_p, size_p)
+
+
 def _driver_layout(func: int, fmt: str) -> str:
     """A standard-size :mod:`struct` format of ``fmt``'s items ("P" as 8 bytes) at the parameter
     offsets the driver reports for ``func`` (cuFuncGetParamInfo), padding between them."""
-    fn = ctypes.CDLL("libcuda.so.1").cuFuncGetParamInfo
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    fn.restype = ctypes.c_int
+    fn = param_info_fn()
     out, pos = ["="], 0
     for i, (count, code) in enumerate(_FMT_ITEM.findall(fmt)):
         item = f"{count}{'Q' if code == 'P' else code}"
@@ -719,11 +723,13 @@ def _driver_launch(*args) -> None:
     driver.launchKernel(*args)
 
 
-def _ex_launcher():
-    # cuLaunchKernelEx through ctypes, its argument conversions declared once.
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernelEx
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+@functools.cache
+def driver_fn(name: str, *argtypes):
+    """The CUDA driver entry point ``name`` through ctypes, returning a CUresult, its argument
+    conversions declared once. Raises OSError without a driver, AttributeError when this driver
+    lacks the entry point."""
+    fn = getattr(ctypes.CDLL("libcuda.so.1"), name)
+    fn.argtypes = list(argtypes)
     fn.restype = ctypes.c_int
     return fn
 
@@ -733,7 +739,7 @@ def _pdl_launch(func: int, grid, block: int, smem: int, stream: int, extra_addr:
     # looks it up and calls the driver.
     global _LAUNCH_EX
     if _LAUNCH_EX is None:
-        _LAUNCH_EX = _ex_launcher()
+        _LAUNCH_EX = driver_fn("cuLaunchKernelEx", *[ctypes.c_void_p] * 4)
     try:
         configs = _pdl_state.configs
     except AttributeError:

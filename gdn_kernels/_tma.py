@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 
+from gdn_kernels import _build
+
 MAP_BYTES = 128
 
 _UINT8 = 0                 # CU_TENSOR_MAP_DATA_TYPE_UINT8
@@ -21,26 +23,19 @@ _SWIZZLE_128B = 3
 _L2_PROMOTION_256B = 3
 _OOB_FILL_ZERO = 0         # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: boxes past the end read zeros
 
-_encode = None
-
 
 def _encoder():
-    global _encode
-    if _encode is None:
-        fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-        u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        fn.restype = ctypes.c_int
-        _encode = fn
-    return _encode
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    return _build.driver_fn("cuTensorMapEncodeTiled", ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
+                            ctypes.c_void_p, u64p, u64p, u32p, u32p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                            ctypes.c_int)
 
 
 def check_driver() -> None:
     """Raises (AttributeError, OSError) unless the driver has what the tensor-copy kernels need:
     cuTensorMapEncodeTiled and cuFuncGetParamInfo (CUDA 12.4+)."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuTensorMapEncodeTiled, lib.cuFuncGetParamInfo
+    _encoder()
+    _build.param_info_fn()
 
 
 def encode_bytes(ptr: int, dims, strides, box, swizzle: int = 128) -> bytes:

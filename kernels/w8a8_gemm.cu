@@ -643,9 +643,9 @@ __device__ __forceinline__ int swz128(int r, int u) { return r * 128 + ((u ^ (r 
 // box a stage, landing swizzled as the MMA reads it: from a row-major weight 128 rows of 128
 // bytes, 128-byte swizzle; from a tile-major one, whose rows are 64-byte halves, two blocks of 128
 // rows of 64 bytes, 64-byte swizzle; gdn_kernels/_tma.py builds the maps), the tokens by
-// cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.
-// xq: int8 activations [rows, K].  sx: per-token scales.  out: [rows, N] at row stride ldc.
-// K: a multiple of 128.
+// cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  OutT: bf16 or fp16.
+// SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
+// sx: per-token scales.  out: [rows, N] at row stride ldc.  K: a multiple of 128.
 template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
 __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn::TensorMap* xmap,
                                            const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
@@ -803,7 +803,8 @@ w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 }
 
 // kTma 1 or 2: tensor copies of the weight (wmap) and, with 2, of the tokens (xmap); the maps
-// come first among the arguments, 64-byte aligned.
+// come first among the arguments, 64-byte aligned in the parameter bank (the launch lays the
+// arguments out at the offsets the driver reports, gdn_kernels/_build.py _driver_layout).
 template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
 __global__ void __launch_bounds__(256, 1)
 w8a8_wgmma_tma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
