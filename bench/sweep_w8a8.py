@@ -42,7 +42,7 @@ def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str
 def schedule_key(cfg) -> str:
     """The column name of a schedule (see the caption)."""
     if cfg.wg:
-        name = f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
+        name = ("f16" if cfg.f16 else "") + f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
     elif cfg.stages:
         name = f"tiled{cfg.stages}"
     else:
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
-    ap.add_argument("--wgmma-only", action="store_true", help="time only the warpgroup-MMA schedules (int8)")
+    ap.add_argument("--wgmma-only", action="store_true", help="time only the warpgroup-MMA schedules")
     ap.add_argument("--pre", action="store_true",
                     help="instead: the shared-memory staging schedules (_build.pre_sweep_cfgs, rows 1-16) on "
                          "tile-major weights, each timed as a whole projection (quantizer + GEMM with PDL)")
@@ -142,7 +142,8 @@ def main() -> int:
                 cupy.get_default_memory_pool().free_all_blocks()
     caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
                "b (CTAs an SM), tiledN (the tiled kernel, N stages), wgT_sN (int8: the warpgroup-MMA kernel, T tokens a "
-               "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands); packed_*: the same on tile-major weights "
+               "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands), f16wg64_sN_tma2 (fp8: the "
+               "f16 warpgroup-MMA kernel, N stages); packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
                "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL.")

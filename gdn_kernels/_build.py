@@ -125,10 +125,12 @@ class GemmCfg:
     (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
     ``wg`` tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
     tensor copies (w8a8_wgmma_tma_kernel: ``tma`` 1 the weight, 2 the tokens too; the kernel then
-    takes two tensor maps before its other arguments). No field changes an output bit (the first two kernels
-    do the decode kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32
-    dot product scaled, whatever the order), so the schedule may depend on the shape and the row
-    count freely."""
+    takes two tensor maps before its other arguments). ``f16`` 1 (fp8 only, with ``wg`` 64 and
+    ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, two f16 token tiles
+    (32 KB) beside the stages. No field changes an output bit (the decode, tiled and fp8
+    warpgroup kernels do the decode kernel's arithmetic, K split GEMM_WARPS ways; an int8 output
+    is its exact int32 dot product scaled, whatever the order), so the schedule may depend on the
+    shape and the row count freely."""
 
     m: int = 1
     unroll: int = 4
@@ -139,6 +141,7 @@ class GemmCfg:
     pre: int = 0
     wg: int = 0
     tma: int = 0
+    f16: int = 0
 
     threads = 32 * GEMM_WARPS
 
@@ -149,8 +152,9 @@ class GemmCfg:
         stages before waiting on the quantizer."""
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
-            # and with tensor copies a barrier a stage.
-            return self.stages * (128 + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
+            # with tensor copies a barrier a stage, for fp8 two f16 token tiles.
+            return (self.stages * (128 + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
+                    + (2 * self.wg * 256 if self.f16 else 0))
         if self.stages:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
@@ -169,9 +173,13 @@ class GemmCfg:
         return ("128s128s" if self.tma else "") + "PPPPPqiii"
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
+        if self.f16:
+            if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2:
+                raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies")
+            return f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
         if self.wg:
             if fmt != FMT_INT8:
-                raise ValueError("the warpgroup-MMA kernel runs int8 only")
+                raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
             if self.tma:
                 return (f"w8a8_wgmma_tma_kernel<{self.stages}, {self.wg}, {self.packed}, {self.tma}, {out_t}, "
                         f"{scale_t}>")
@@ -217,7 +225,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
-    wgmma = wgmma_config(rows, n, False) if fmt == FMT_INT8 else None
+    wgmma = wgmma_config(rows, n, False) if fmt == FMT_INT8 else wgmma_fp8_config(rows, n, False)
     if wgmma:
         return wgmma
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU.
@@ -254,7 +262,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
-    wgmma = wgmma_config(rows, n, True) if fmt == FMT_INT8 else None
+    wgmma = wgmma_config(rows, n, True) if fmt == FMT_INT8 else wgmma_fp8_config(rows, n, True)
     if wgmma:
         return wgmma
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
@@ -294,9 +302,25 @@ def wgmma_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
     return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2)
 
 
+# The fp8 warpgroup kernel's stages (64 tokens a CTA, either layout).
+WGMMA_FP8_STAGES = 6
+
+
+def wgmma_fp8_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
+    """fp8 (both formats): the f16 warpgroup-MMA schedule at this row count, N and layout, or
+    None where the decode or tiled kernels run (the int8 rule: from WGMMA_MIN_ROWS rows with at
+    least WGMMA_MIN_CTAS CTAs of 64 tokens)."""
+    if rows < WGMMA_MIN_ROWS or -(-rows // 64) * -(-n // 128) < WGMMA_MIN_CTAS:
+        return None
+    return GemmCfg(stages=WGMMA_FP8_STAGES, wg=64, packed=int(packed), tma=2, f16=1)
+
+
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
-    """The cp.async twin of a tensor-copy schedule, for a driver that cannot describe the
-    tensor-map kernel's parameters (cuFuncGetParamInfo, CUDA 12.4+) or encode its maps."""
+    """The schedule that runs in place of a tensor-copy one where the driver cannot describe the
+    tensor-map kernel's parameters (cuFuncGetParamInfo, CUDA 12.4+) or encode its maps: int8's
+    cp.async twin; for fp8 the tiled kernel (the same bits)."""
+    if cfg.f16:
+        return GemmCfg(stages=4, packed=cfg.packed)
     return GemmCfg(stages=WGMMA_STAGES[(cfg.wg, cfg.packed)], wg=cfg.wg, packed=cfg.packed)
 
 
@@ -396,11 +420,16 @@ def _pre_sweep_instances() -> tuple[str, ...]:
                  for tiles in (1, 2) for cfg in pre_sweep_cfgs(tiles))
 
 
+# The fp8 warpgroup kernel's schedules in the sweep: its stages (8 fill the shared memory).
+WGMMA_FP8_SWEEP = tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (4, 6, 8))
+
+
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
-    """The sweep's warpgroup-MMA schedules for a format and tile count (int8 at 4 tiles only)."""
-    if fmt != FMT_INT8 or tiles != 4:
+    """The sweep's warpgroup-MMA schedules for a format and tile count (at 4 tiles only)."""
+    if tiles != 4:
         return ()
-    return tuple(dataclasses.replace(c, packed=int(packed)) for c in WGMMA_SWEEP)
+    cfgs = WGMMA_SWEEP if fmt == FMT_INT8 else WGMMA_FP8_SWEEP
+    return tuple(dataclasses.replace(c, packed=int(packed)) for c in cfgs)
 
 
 def _sweep_instances() -> tuple[str, ...]:

@@ -8,10 +8,10 @@
 // split K into 128-wide chunks (warp w takes chunks w, w + kWarps, ...) and are reduced in shared
 // memory in warp order. The split depends on nothing but K, so a row's arithmetic is the same at
 // every row count (bitwise row invariance); the schedule parameters (kM, chunks in flight,
-// pipelining, occupancy) and the tiled kernel for many rows at the end of the file do the same
-// arithmetic and are chosen by shape (gdn_kernels/_build.py gemm_config). For int8 alone, whose
-// outputs are exact int32 dot products scaled, the last kernel of the file (warpgroup MMAs, any K
-// order) gives the same bits too and runs from 64 rows.
+// pipelining, occupancy) and the tiled kernel for many rows further down do the same arithmetic
+// and are chosen by shape (gdn_kernels/_build.py gemm_config). From 64 rows warpgroup MMAs run:
+// for int8, whose outputs are exact int32 dot products scaled, in any K order; for fp8, f16 MMAs
+// doing exactly what the e4m3 mma.sync does on sm_90 (the last kernel of the file).
 //
 // Operand layout: mma.m16n8k32 wants thread (g = lane / 4, t = lane % 4) to hold A row g (and
 // g + 8) at k = 4t..4t+3 and 16+4t..16+4t+3, and B column g at the same k. Any permutation of k
@@ -266,9 +266,9 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
               }
             }
           }
-          // The fp8 tensor cores keep only about 13 bits of a running sum, so each 128-wide
-          // chunk's partial is promoted to an fp32 register accumulator (scaled by
-          // sx[token, kb] * sw[nb, kb] for block scales), in chunk order.
+          // Each 128-wide chunk's partial (four MMAs from zero) is promoted to an fp32 register
+          // accumulator (scaled by sx[token, kb] * sw[nb, kb] for block scales), in chunk order:
+          // the arithmetic every fp8 kernel of this file keeps.
           if constexpr (kFmt == kFp8Block) {
 #pragma unroll
             for (int j = 0; j < kTiles; ++j)
@@ -812,4 +812,267 @@ w8a8_wgmma_tma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
                       const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                       OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   wgmma_gemm<kStages, kBN, kPacked, kTma>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
+}
+
+// ---- Many rows, fp8: warpgroup MMAs in f16 that keep the decode kernels' bits ----
+//
+// On sm_90 ptxas lowers the decode kernels' e4m3 mma.sync (m16n8k32) to two f16 MMAs (m16n8k16)
+// on the operands converted exactly to f16: the first from zero, the second accumulating onto
+// it, then one fp32 add of the result onto the accumulator given. The first MMA takes bytes
+// 0, 1 of each 4-byte register (k 4t, 4t + 1 and 16 + 4t, 16 + 4t + 1), the second bytes 2, 3.
+// The f16 warpgroup MMA (m64nNk16) does the same arithmetic as the f16 mma.sync bit for bit
+// (bench/probe_fp8_wgmma.py: 12.6 million outputs, none differ; the e4m3 warpgroup MMA keeps
+// fewer bits and differs almost everywhere), so this kernel runs each decode MMA as two of them
+// plus the add, the chunks in the decode kernel's warp order with its promotions and
+// reduction (as w8a8_tiled_kernel): a row's output bits are the decode kernel's.
+//
+// A CTA of two warpgroups owns 128 weight rows (64 each) and 64 tokens. Both operands come by
+// tensor copies, kStages stages of one 128-byte chunk of K (the maps of w8a8_wgmma_tma_kernel).
+// Each warp then reads its weight rows' fragments from shared memory into registers as the
+// decode kernel loads them from global memory, and converts them to f16 there (the MMA's A
+// operand from registers); the 64 tokens' chunk is converted by all threads into an f16 tile in
+// the order the MMAs need (below), read by descriptor. Per chunk: 8 MMAs a warpgroup, each pair
+// into one of two register buffers so that one pair runs while the other's result is added.
+namespace {
+
+// D (+)= A B: A [64, 16] f16 from registers (warp w of the warpgroup: rows 16w.., the fragment of
+// m16n8k16), B [16, 64] f16 from shared memory (descriptor b), fp32; accumulate 0: D = A B.
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
+// Two e4m3 values (bytes 2 hi and 2 hi + 1 of v) as f16x2, exactly.
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
+  uint32_t r;
+  const unsigned short s = (unsigned short)(hi ? v >> 16 : v);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(s));
+  return r;
+}
+
+}  // namespace
+
+// kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages (chunks in flight: kStages - 1).
+// kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  Other arguments as there.
+//
+// The f16 token tile (two, alternating by chunk): chunk position 16 q + p, for f16 MMA q = 4 h +
+// 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
+// MMA) and p = 8 e + 2 t + i, holds chunk byte 64 h + 16 t + 8 u + 4 e + 2 l + i: the byte the
+// decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
+// 128-byte swizzle: two panels of 64 tokens x 64 f16 (128 bytes), MMA q at 32 (q % 4) bytes of
+// panel q / 4.
+template <int kFmt, int kStages, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(256, 1)
+w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                      const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                      const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                      OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kFmt != kInt8 && kStages >= 2, "fp8 warpgroup schedule");
+  gdn::pdl_launch_dependents();
+  constexpr int kBM = 128, kBN = 64;                        // weight rows, tokens a CTA
+  constexpr int kStageA = kBM * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
+  constexpr int kPanel = kBN * 128;                         // 64 tokens x 64 f16
+  constexpr int kSplit = 8;                                 // w8a8_gemm_kernel's K split
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  uint8_t* const smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
+  // [kStages][weight | e4m3 tokens], the two f16 token tiles, a barrier a stage.
+  uint8_t* const tiles = smem + kStages * kStage;
+  const uint32_t tiles_s = smem_s + kStages * kStage;
+  const uint32_t bars = tiles_s + 2 * 2 * kPanel;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
+  const int chunks = K >> 7;
+
+  // Chunk i of this CTA's sequence, in the decode kernel's warp order (as w8a8_tiled_kernel).
+  const int per = chunks / kSplit, extra = chunks % kSplit;
+  auto chunk_at = [&](int i) {
+    int v = 0;
+    for (; v < kSplit; ++v) {
+      const int cnt = per + (v < extra);
+      if (i < cnt) break;
+      i -= cnt;
+    }
+    return v + i * kSplit;
+  };
+  auto tma_a = [&](int s, int c) {
+    const uint32_t dst = smem_s + s * kStage, bar = bars + 8 * s;
+    if constexpr (kPacked) {
+      gdn::tma_load_5d(dst, &wmap, bar, 0, 0, 0, n0 >> 4, 2 * c);
+    } else {
+      gdn::tma_load_2d(dst, &wmap, bar, c * 128, n0);
+    }
+  };
+  auto tma_b = [&](int s, int c) { gdn::tma_load_2d(smem_s + s * kStage + kStageA, &xmap, bars + 8 * s, c * 128, tok0); };
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) gdn::mbar_init(bars + 8 * s, 1);
+    gdn::mbar_init_fence();
+  }
+  __syncthreads();
+  // The first kStages - 1 chunks: the weight before the wait on the quantizer, the tokens after.
+  if (tid == 0) {
+    for (int s = 0; s < kStages - 1 && s < chunks; ++s) {
+      gdn::mbar_expect_tx(bars + 8 * s, kStageA);
+      tma_a(s, chunk_at(s));
+    }
+  }
+  gdn::pdl_wait();
+  if (tid == 0) {
+    for (int s = 0; s < kStages - 1 && s < chunks; ++s) {
+      gdn::mbar_arrive_expect_tx(bars + 8 * s, kStageB);
+      tma_b(s, chunk_at(s));
+    }
+  }
+
+  // This thread's weight rows (of the CTA's 128) and tokens.
+  const int row = 64 * wg + 16 * warp + g;
+  int i_tok[8][2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    i_tok[j][0] = min(tok0 + 8 * j + 2 * t, rows - 1);
+    i_tok[j][1] = min(tok0 + 8 * j + 2 * t + 1, rows - 1);
+  }
+  // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
+  auto lds_w = [&](const uint8_t* a, int r, int h) {
+    if constexpr (kPacked) {  // two blocks of 128 rows of 64 bytes, 64-byte swizzle
+      return *reinterpret_cast<const uint4*>(a + h * (kStageA / 2) + r * 64 + ((t ^ ((r >> 1) & 3)) << 4));
+    } else {
+      return *reinterpret_cast<const uint4*>(a + swz128(r, 4 * h + t));
+    }
+  };
+
+  float acc[32], sum[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc[e] = sum[e] = 0.f;
+  int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
+  for (int i = 0; i < chunks; ++i) {
+    const int st = i % kStages;
+    const uint8_t* a = smem + st * kStage;
+    const uint8_t* b = a + kStageA;
+    uint8_t* bh = tiles + (i & 1) * 2 * kPanel;
+    gdn::mbar_wait(bars + 8 * st, (i / kStages) & 1);
+    {
+      // The tokens to f16: thread (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each
+      // of the half's four 16-byte units and writes the four 16-byte units they fill.
+      const int r = tid >> 2, h = (tid >> 1) & 1, u = tid & 1;
+      uint2 x[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint2*>(b + swz128(r, 4 * h + q) + 8 * u);
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {
+          uint4 o;
+          o.x = e4m3x2_f16x2(e ? x[0].y : x[0].x, l);
+          o.y = e4m3x2_f16x2(e ? x[1].y : x[1].x, l);
+          o.z = e4m3x2_f16x2(e ? x[2].y : x[2].x, l);
+          o.w = e4m3x2_f16x2(e ? x[3].y : x[3].x, l);
+          *reinterpret_cast<uint4*>(bh + h * kPanel + swz128(r, 2 * (2 * u + l) + e)) = o;
+        }
+    }
+    uint4 ra[2], rb[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ra[h] = lds_w(a, row, h);
+      rb[h] = lds_w(a, row + 8, h);
+    }
+    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
+#pragma unroll
+      for (int e = 0; e < 32; ++e) {
+        sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+        acc[e] = 0.f;
+      }
+      ++v;
+      left = per + (v < extra);
+    }
+    const int c = v + (per + (v < extra) - left) * kSplit;
+    --left;
+    float scale[8][2];
+    if constexpr (kFmt == kFp8Block) {
+      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) scale[j][q] = gdn::mul_rn(__ldg(sx + (long long)i_tok[j][q] * chunks + c), s_w);
+    }
+    fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
+    __syncthreads();
+    // Every thread is past chunk i - 1's stage: refill it with chunk i + kStages - 1.
+    if (tid == 0 && i + kStages - 1 < chunks) {
+      const int s = (i + kStages - 1) % kStages;
+      gdn::mbar_arrive_expect_tx(bars + 8 * s, kStage);
+      tma_a(s, chunk_at(i + kStages - 1));
+      tma_b(s, chunk_at(i + kStages - 1));
+    }
+
+    const uint32_t bh_s = tiles_s + (i & 1) * 2 * kPanel;
+    float part[32], d0[32], d1[32];
+#pragma unroll
+    for (int e = 0; e < 32; ++e) part[e] = 0.f;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // Decode MMA s: bytes 8 (s % 2).. of this thread's 16 in half s / 2.
+      const int h = s >> 1;
+      const uint32_t a8[4] = {(s & 1) ? ra[h].z : ra[h].x, (s & 1) ? rb[h].z : rb[h].x,
+                              (s & 1) ? ra[h].w : ra[h].y, (s & 1) ? rb[h].w : rb[h].y};
+      float(&d)[32] = (s & 1) ? d1 : d0;
+      wgmma_fence();
+#pragma unroll
+      for (int l = 0; l < 2; ++l) {
+        const uint32_t a16[4] = {e4m3x2_f16x2(a8[0], l), e4m3x2_f16x2(a8[1], l), e4m3x2_f16x2(a8[2], l),
+                                 e4m3x2_f16x2(a8[3], l)};
+        const int q = 2 * s + l;
+        wgmma_f16_rs(d, a16, wgmma_desc(bh_s + (q >> 2) * kPanel + 32 * (q & 3)), l);
+      }
+      wgmma_commit();
+      if (s > 0) {
+        wgmma_wait<1>();
+        float(&prev)[32] = (s & 1) ? d0 : d1;
+#pragma unroll
+        for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], prev[e]);
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], d1[e]);
+    // The chunk's partial promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2).
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        if constexpr (kFmt == kFp8Block) {
+          acc[e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[e]);
+        } else {
+          acc[e] = gdn::add_rn(acc[e], part[e]);
+        }
+      }
+  }
+  for (; v < kSplit; ++v) {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+      acc[e] = 0.f;
+    }
+  }
+
+  // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2.
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int n = n0 + row + (r >> 1) * 8;
+      const int tok = tok0 + 8 * j + 2 * t + (r & 1);
+      if (n >= N || tok >= rows) continue;
+      float y = sum[4 * j + r];
+      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, sx[tok]), to_float(sw[n]));
+      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+    }
 }

@@ -111,10 +111,10 @@ def expected(hw: HostWeight, x: np.ndarray, dtype: str):
 def fp8_bound(hw: HostWeight, qx, sx) -> np.ndarray:
     """Per-element error bound of the fp8 GEMMs against the float64 reference.
 
-    A k32 step of the e4m3 MMA aligns its 32 products and the incoming sum to the largest
-    exponent and keeps about 13 bits, truncating: each product may lose 2^-13 of the step's
-    largest magnitude, so a step errs by up to 32 * 2^-13 = 2^-8 of the chunk's absolute sum
-    (measured on the H200: the error stays near 2^-10 of it). Chunks of 128 are promoted to fp32
+    A generous bound: 2^-8 of a chunk's absolute sum for its four MMAs, as if each k32 step kept
+    only 13 bits (what Hopper's e4m3 warpgroup MMA does; the formats' MMAs do not: on sm_90 the
+    e4m3 mma.sync is two f16 MMAs accumulating in fp32 and an fp32 add, about 2^-23 of the chunk's
+    absolute sum, bench/results/probe_fp8_wgmma_h200.txt). Chunks of 128 are promoted to fp32
     registers, scaled and summed (2^-23 of the running absolute sum, K/128 times, bounded by
     2^-22); the output rounds once (half an ulp, applied by the caller).
     """
@@ -256,6 +256,35 @@ def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
                 f"row invariance broken at rows={rows}, layout {hw.w.layout}"
     hw.w = rows_w
     check_output(hw, x, full, "bfloat16")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_warpgroup_rows_match_decode_rows(ctx, fmt):
+    """At 64, 100 and 256 rows on a weight wide enough that the shipped schedule is a warpgroup-MMA
+    kernel (checked; fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits
+    equal the decode kernel's for that row (8-row calls), in both layouts, on a ragged N and a K
+    whose 10 chunks do not divide among the decode kernel's 8 warps; the output is within the
+    reference's bound."""
+    from gdn_kernels import _build
+    from gdn_kernels.w8a8 import _FMT
+
+    rng = np.random.default_rng(13)
+    n, k = 4100, 1280
+    hw = HostWeight(rng, fmt, n, k)
+    x = random_activations(rng, 256, k, "bfloat16", outliers=True, zero_rows=(5, 200))
+    rows_w = hw.w
+    for hw.w in (rows_w, rows_w.tile_major()):
+        packed = hw.w.layout == "tiles16"
+        assert _build.gemm_config(_FMT[fmt], 8, n, k, packed).stages == 0
+        decode = np.concatenate([run_proj(ctx, hw, x[i:i + 8], "bfloat16")[1] for i in range(0, 256, 8)])
+        for rows in (64, 100, 256):
+            assert _build.gemm_config(_FMT[fmt], rows, n, k, packed).wg, f"{fmt} {rows} rows: not a warpgroup schedule"
+            ok, many = run_proj(ctx, hw, x[:rows], "bfloat16")
+            assert ok
+            diff = np.argwhere(many.view(np.uint16) != decode[:rows].view(np.uint16))
+            assert not len(diff), (f"{fmt} {hw.w.layout} {rows} rows: {len(diff)} outputs differ from the decode "
+                                   f"kernel's, first (row, n) {diff[:4].tolist()}")
+    check_output(hw, x, many, "bfloat16")
 
 
 # The model shapes of ../shared/FORMATS.md, [N, K].
