@@ -173,8 +173,8 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
         b_sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p_s1 + c * 8));
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+          b_x[u][j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
+          b_x[u][j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
         }
       }
     }
@@ -192,8 +192,8 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
                                   b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
           const float4* p_a0 = reinterpret_cast<const float4*>(p_sx[j][0] + c * 8);
           const float4* p_a1 = reinterpret_cast<const float4*>(p_sx[j][1] + c * 8);
-          const float4 sa0l = __ldg(p_a0), sa0h = __ldg(p_a0 + 1);
-          const float4 sa1l = __ldg(p_a1), sa1h = __ldg(p_a1 + 1);
+          const float4 sa0l = gdn::ld_dep_f4(p_a0), sa0h = gdn::ld_dep_f4(p_a0 + 1);
+          const float4 sa1l = gdn::ld_dep_f4(p_a1), sa1h = gdn::ld_dep_f4(p_a1 + 1);
           const float sa0[8] = {sa0l.x, sa0l.y, sa0l.z, sa0l.w, sa0h.x, sa0h.y, sa0h.z, sa0h.w};
           const float sa1[8] = {sa1l.x, sa1l.y, sa1l.z, sa1l.w, sa1h.x, sa1h.y, sa1h.z, sa1h.w};
 #pragma unroll
@@ -230,7 +230,7 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     if (n >= N || tok >= rows) return;
     // Undo the 2^-24 of the accumulation (exact), then as before.
     sum = gdn::mul_rn(sum, 0x1p24f);
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
   });
 }
 
@@ -345,8 +345,8 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
         b_sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p_s1 + c * 8));
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b_x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+          b_x[u][j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
+          b_x[u][j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
         }
       }
     }
@@ -375,8 +375,8 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
                                   b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
           const float4* p_a0 = reinterpret_cast<const float4*>(p_sx[j][0] + c * 8);
           const float4* p_a1 = reinterpret_cast<const float4*>(p_sx[j][1] + c * 8);
-          const float4 sa0l = __ldg(p_a0), sa0h = __ldg(p_a0 + 1);
-          const float4 sa1l = __ldg(p_a1), sa1h = __ldg(p_a1 + 1);
+          const float4 sa0l = gdn::ld_dep_f4(p_a0), sa0h = gdn::ld_dep_f4(p_a0 + 1);
+          const float4 sa1l = gdn::ld_dep_f4(p_a1), sa1h = gdn::ld_dep_f4(p_a1 + 1);
           const float sa0[8] = {sa0l.x, sa0l.y, sa0l.z, sa0l.w, sa0h.x, sa0h.y, sa0h.z, sa0h.w};
           const float sa1[8] = {sa1l.x, sa1l.y, sa1l.z, sa1l.w, sa1h.x, sa1h.y, sa1h.z, sa1h.w};
 #pragma unroll
@@ -403,7 +403,7 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
     const int n = n0 + (l >> 2) + (r >> 1) * 8;
     const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
     if (n >= N || tok >= rows) return;
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
   });
 }
 
@@ -541,7 +541,7 @@ __device__ __forceinline__ void tiled_chunk(const uint4& w0, const uint4& w1, co
     const uint32_t xw[8] = {xv[j][0].x, xv[j][0].y, xv[j][0].z, xv[j][0].w,
                             xv[j][1].x, xv[j][1].y, xv[j][1].z, xv[j][1].w};
     const float4* p_a = reinterpret_cast<const float4*>(p_sx[j] + c * 8);
-    const float4 sal = __ldg(p_a), sah = __ldg(p_a + 1);
+    const float4 sal = gdn::ld_dep_f4(p_a), sah = gdn::ld_dep_f4(p_a + 1);
     const float sa[8] = {sal.x, sal.y, sal.z, sal.w, sah.x, sah.y, sah.z, sah.w};
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
@@ -616,15 +616,15 @@ __device__ __forceinline__ void few_token_round(const uint4 (&wv)[kValid][2], co
   float4 sal = make_float4(0.f, 0.f, 0.f, 0.f), sah = sal;
   if (slot_b < kValid) {
     const int8_t* p = p_xb + (long long)(c0 + slot_b * kWarps) * 128;
-    xv0 = gdn::ld_nc_v4(p);
-    xv1 = gdn::ld_nc_v4(p + 16);
+    xv0 = gdn::ld_dep_v4(p);
+    xv1 = gdn::ld_dep_v4(p + 16);
   }
   if (slot < kValid) {
     const int c = c0 + slot * kWarps;
     sb4 = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
     const float4* p_a = reinterpret_cast<const float4*>(p_sa + c * 8);
-    sal = __ldg(p_a);
-    sah = __ldg(p_a + 1);
+    sal = gdn::ld_dep_f4(p_a);
+    sah = gdn::ld_dep_f4(p_a + 1);
   }
   uint32_t xw[8] = {xv0.x, xv0.y, xv0.z, xv0.w, xv1.x, xv1.y, xv1.z, xv1.w};
   if constexpr (!kPreMasked) {
@@ -795,8 +795,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       if (c < chunks) {
 #pragma unroll
         for (int j = 0; j < kGroups; ++j) {
-          r.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128);
-          r.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + (long long)c * 128 + 16);
+          r.x[u][j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
+          r.x[u][j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
         }
       }
     }
@@ -873,6 +873,6 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
     if (n >= N || tok >= rows) return;
     if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gs[tok], s2)));
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
   });
 }

@@ -216,11 +216,11 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
         const long long off = (long long)c * 128;
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          b.x[u][j][0] = gdn::ld_nc_v4(p_x[j] + off);
-          b.x[u][j][1] = gdn::ld_nc_v4(p_x[j] + off + 64);
+          b.x[u][j][0] = gdn::ld_dep_v4(p_x[j] + off);
+          b.x[u][j][1] = gdn::ld_dep_v4(p_x[j] + off + 64);
           if constexpr (kFmt == kFp8Block) {
-            b.sx[u][j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
-            b.sx[u][j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
+            b.sx[u][j][0] = gdn::ld_dep(sx + (long long)i_tok[j][0] * chunks + c);
+            b.sx[u][j][1] = gdn::ld_dep(sx + (long long)i_tok[j][1] * chunks + c);
           }
         }
       }
@@ -387,9 +387,9 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
     float y;
     if constexpr (kFmt == kInt8) {
-      y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), sx[tok]), to_float(sw[n]));
+      y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), gdn::ld_dep(sx + tok)), to_float(sw[n]));
     } else if constexpr (kFmt == kFp8Channel) {
-      y = gdn::mul_rn(gdn::mul_rn(sum, sx[tok]), to_float(sw[n]));
+      y = gdn::mul_rn(gdn::mul_rn(sum, gdn::ld_dep(sx + tok)), to_float(sw[n]));
     } else {
       y = sum;
     }
@@ -495,8 +495,8 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        s_x[j][0] = __ldg(sx + (long long)i_tok[j][0] * chunks + c);
-        s_x[j][1] = __ldg(sx + (long long)i_tok[j][1] * chunks + c);
+        s_x[j][0] = gdn::ld_dep(sx + (long long)i_tok[j][0] * chunks + c);
+        s_x[j][1] = gdn::ld_dep(sx + (long long)i_tok[j][1] * chunks + c);
       }
     }
     Acc part[2][4][4];
@@ -564,9 +564,9 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
         if (n >= N || tok >= rows) continue;
         float y;
         if constexpr (kFmt == kInt8) {
-          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum[m][j][r]), sx[tok]), to_float(sw[n]));
+          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum[m][j][r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
         } else if constexpr (kFmt == kFp8Channel) {
-          y = gdn::mul_rn(gdn::mul_rn(sum[m][j][r], sx[tok]), to_float(sw[n]));
+          y = gdn::mul_rn(gdn::mul_rn(sum[m][j][r], gdn::ld_dep(sx + tok)), to_float(sw[n]));
         } else {
           y = sum[m][j][r];
         }
@@ -788,7 +788,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
       const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
       const int tok = tok0 + j * 8 + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
-      const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), sx[tok]), to_float(sw[n]));
+      const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
 }
@@ -1000,7 +1000,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int q = 0; q < 2; ++q) scale[j][q] = gdn::mul_rn(__ldg(sx + (long long)i_tok[j][q] * chunks + c), s_w);
+        for (int q = 0; q < 2; ++q) scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)i_tok[j][q] * chunks + c), s_w);
     }
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
@@ -1072,7 +1072,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
       const int tok = tok0 + 8 * j + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
       float y = sum[4 * j + r];
-      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, sx[tok]), to_float(sw[n]));
+      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, gdn::ld_dep(sx + tok)), to_float(sw[n]));
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
 }

@@ -281,13 +281,14 @@ def test_fixed_nvfp4_proj_runs_only_when_pinned(ctx):
     assert (host[untouched_mask(host.size, 0, 6, 128, 130)] == POISON).all()
 
 
-def test_back_to_back_calls_on_a_stream(ctx):
+@pytest.mark.parametrize("layout", ["rows", "tiles16"])
+def test_back_to_back_calls_on_a_stream(ctx, layout):
     """As for W8A8: twenty calls in a row on a non-default stream, the bits of the same calls
-    made one at a time."""
+    made one at a time, in both weight layouts."""
     import cupy
 
     rng = np.random.default_rng(47)
-    hw = HostFp4Weight(rng, 2048, 4096)
+    hw = HostFp4Weight(rng, 2048, 4096, layout=layout)
     xs = [random_activations(rng, int(r), 4096, "bfloat16") for r in rng.integers(1, 40, 20)]
     stream = cupy.cuda.Stream(non_blocking=True)
     bufs = [to_device_2d(x, 4096) for x in xs]

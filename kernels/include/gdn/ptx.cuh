@@ -47,12 +47,32 @@ __device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
   return r;
 }
 
-// 16-byte read-only global load through L1 (activations, reused by every CTA).
-__device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
+// Loads of what the preceding kernel of the stream wrote (the quantized activations and their
+// scales), after pdl_wait(): plain coherent global loads, kept after the wait. A non-coherent
+// load (ld.global.nc: __ldg, or what the compiler makes of a const __restrict__ pointer) promises
+// that the data does not change while the kernel runs, which a programmatically dependent launch
+// breaks: ptxas may then issue it before griddepcontrol.wait, and did (the fp8 per-channel
+// decode kernel read its first activations before its quantizer had written them; found by the
+// back-to-back test, bench/diag_back_to_back.py).
+__device__ __forceinline__ uint4 ld_dep_v4(const void* p) {
   uint4 r;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+               : "l"(p)
+               : "memory");
+  return r;
+}
+__device__ __forceinline__ float ld_dep(const float* p) {
+  float r;
+  asm volatile("ld.global.f32 %0, [%1];\n" : "=f"(r) : "l"(p) : "memory");
+  return r;
+}
+__device__ __forceinline__ float4 ld_dep_f4(const float4* p) {
+  float4 r;
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+               : "l"(p)
+               : "memory");
   return r;
 }
 
