@@ -125,12 +125,13 @@ class GemmCfg:
     (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
     ``wg`` tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
     tensor copies (w8a8_wgmma_tma_kernel: ``tma`` 1 the weight, 2 the tokens too; the kernel then
-    takes two tensor maps before its other arguments). ``f16`` 1 (fp8 only, with ``wg`` 64 and
-    ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, two f16 token tiles
-    (32 KB) beside the stages. No field changes an output bit (the decode, tiled and fp8
-    warpgroup kernels do the decode kernel's arithmetic, K split GEMM_WARPS ways; an int8 output
-    is its exact int32 dot product scaled, whatever the order), so the schedule may depend on the
-    shape and the row count freely."""
+    takes two tensor maps before its other arguments). ``f16`` 1 or 2 (fp8 only, with ``wg`` 64
+    and ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, that many
+    warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages. No
+    field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
+    kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
+    scaled, whatever the order), so the schedule may depend on the shape and the row count
+    freely."""
 
     m: int = 1
     unroll: int = 4
@@ -143,7 +144,16 @@ class GemmCfg:
     tma: int = 0
     f16: int = 0
 
-    threads = 32 * GEMM_WARPS
+    @property
+    def threads(self) -> int:
+        """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
+        GEMM_WARPS warps."""
+        return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS
+
+    @property
+    def rows_tile(self) -> int:
+        """Weight rows a CTA of the many-row kernels (the tensor maps' weight box)."""
+        return 64 * self.f16 if self.f16 else 128
 
     @property
     def smem(self) -> int:
@@ -153,7 +163,7 @@ class GemmCfg:
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
             # with tensor copies a barrier a stage, for fp8 two f16 token tiles.
-            return (self.stages * (128 + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
+            return (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
                     + (2 * self.wg * 256 if self.f16 else 0))
         if self.stages:
             return self.stages * (128 + 64) * 128
@@ -161,7 +171,7 @@ class GemmCfg:
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
-            return (-(-rows // self.wg), -(-n // 128), 1)
+            return (-(-rows // self.wg), -(-n // self.rows_tile), 1)
         if self.stages:
             return (-(-rows // 64), -(-n // 128), 1)
         return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
@@ -176,7 +186,7 @@ class GemmCfg:
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2:
                 raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies")
-            return f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {out_t}, {scale_t}>"
+            return f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {self.f16}, {out_t}, {scale_t}>"
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
@@ -312,7 +322,7 @@ def wgmma_fp8_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
     least WGMMA_MIN_CTAS CTAs of 64 tokens)."""
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * -(-n // 128) < WGMMA_MIN_CTAS:
         return None
-    return GemmCfg(stages=WGMMA_FP8_STAGES, wg=64, packed=int(packed), tma=2, f16=1)
+    return GemmCfg(stages=WGMMA_FP8_STAGES, wg=64, packed=int(packed), tma=2, f16=2)
 
 
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
@@ -420,8 +430,10 @@ def _pre_sweep_instances() -> tuple[str, ...]:
                  for tiles in (1, 2) for cfg in pre_sweep_cfgs(tiles))
 
 
-# The fp8 warpgroup kernel's schedules in the sweep: its stages (8 fill the shared memory).
-WGMMA_FP8_SWEEP = tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (4, 6, 8))
+# The fp8 warpgroup kernel's schedules in the sweep: two warpgroups a CTA with 4-8 stages (8 fill
+# the shared memory), or one with 3-4 (two CTAs a multiprocessor).
+WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 8))
+                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (3, 4)))
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:

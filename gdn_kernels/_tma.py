@@ -1,4 +1,4 @@
-"""Tensor maps (CUtensorMap) for the int8 warpgroup-MMA GEMM's tensor copies.
+"""Tensor maps (CUtensorMap) for the warpgroup-MMA GEMMs' tensor copies.
 
 A tensor map describes a global array to the tensor memory accelerator: the kernel asks for one
 box of it by coordinates, and the copy lands in shared memory swizzled as the warpgroup MMA reads
@@ -60,19 +60,20 @@ def encode_bytes(ptr: int, dims, strides, box, swizzle: int = 128) -> bytes:
     return ctypes.string_at(addr, MAP_BYTES)
 
 
-def weight_map_shape(n: int, k: int, layout: str):
-    """(dims, strides, box, swizzle) of the map over an int8 weight [N, K] whose box is one stage
-    of w8a8_wgmma_tma_kernel: 128 weight rows x one 128-byte chunk of K.
+def weight_map_shape(n: int, k: int, layout: str, rows: int = 128):
+    """(dims, strides, box, swizzle) of the map over a 1-byte weight [N, K] whose box is one stage
+    of the warpgroup-MMA kernels: ``rows`` weight rows (a multiple of 16, at most 256) x one
+    128-byte chunk of K.
 
-    Row-major: two dimensions (K, N), the box as 128 rows of 128 bytes, 128-byte swizzle.
+    Row-major: two dimensions (K, N), the box as ``rows`` rows of 128 bytes, 128-byte swizzle.
     Tile-major (``tiles16``, per 16-row tile and chunk 2048 bytes [64-byte half][row group of
     8][row][16-byte unit]): five dimensions (the 64 bytes of a half-row, the row in its group, the
-    group, the tile, then the chunk's halves) so that the box lands as two blocks of 128 rows of
-    64 bytes, one a half of the chunk, 64-byte swizzle."""
+    group, the tile, then the chunk's halves) so that the box lands as two blocks of ``rows`` rows
+    of 64 bytes, one a half of the chunk, 64-byte swizzle."""
     if layout == "tiles16":
         tiles = -(-n // 16)
-        return ((64, 8, 2, tiles, 2 * (k // 128)), (64, 512, 16 * k, 1024), (64, 8, 2, 8, 2), 64)
-    return ((k, n), (k,), (128, 128), 128)
+        return ((64, 8, 2, tiles, 2 * (k // 128)), (64, 512, 16 * k, 1024), (64, 8, 2, rows // 16, 2), 64)
+    return ((k, n), (k,), (128, rows), 128)
 
 
 def act_map_shape(max_rows: int, k: int, tokens: int):
@@ -87,8 +88,8 @@ class MapCache:
     def __init__(self):
         self._maps: dict[tuple, bytes] = {}
 
-    def weight(self, ptr: int, n: int, k: int, layout: str) -> bytes:
-        return self._get(("w", ptr, n, k, layout), ptr, lambda: weight_map_shape(n, k, layout))
+    def weight(self, ptr: int, n: int, k: int, layout: str, rows: int = 128) -> bytes:
+        return self._get(("w", ptr, n, k, layout, rows), ptr, lambda: weight_map_shape(n, k, layout, rows))
 
     def activations(self, ptr: int, max_rows: int, k: int, tokens: int) -> bytes:
         return self._get(("x", ptr, max_rows, k, tokens), ptr, lambda: act_map_shape(max_rows, k, tokens))

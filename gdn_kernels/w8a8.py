@@ -257,7 +257,7 @@ class W8a8Ctx:
         the workspace's tokens), none for the kernels without tensor copies; built once each."""
         if not cfg.tma:
             return ()
-        return (self._maps.weight(w.qweight, w.n, w.k, w.layout),
+        return (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile),
                 self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg))
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:

@@ -826,8 +826,9 @@ w8a8_wgmma_tma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
 // plus the add, the chunks in the decode kernel's warp order with its promotions and
 // reduction (as w8a8_tiled_kernel): a row's output bits are the decode kernel's.
 //
-// A CTA of two warpgroups owns 128 weight rows (64 each) and 64 tokens. Both operands come by
-// tensor copies, kStages stages of one 128-byte chunk of K (the maps of w8a8_wgmma_tma_kernel).
+// A CTA of kWG warpgroups (1 or 2) owns 64 kWG weight rows (64 each) and 64 tokens. Both operands
+// come by tensor copies, kStages stages of one 128-byte chunk of K (the maps of
+// w8a8_wgmma_tma_kernel, whose weight box is 64 kWG rows here).
 // Each warp then reads its weight rows' fragments from shared memory into registers as the
 // decode kernel loads them from global memory, and converts them to f16 there (the MMA's A
 // operand from registers); the 64 tokens' chunk is converted by all threads into an f16 tile in
@@ -856,7 +857,9 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 }  // namespace
 
 // kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages (chunks in flight: kStages - 1).
-// kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  Other arguments as there.
+// kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  kWG: warpgroups a CTA; with one,
+// two CTAs share a multiprocessor, so that one's MMAs run while the other converts and adds.
+// Other arguments as there.
 //
 // The f16 token tile (two, alternating by chunk): chunk position 16 q + p, for f16 MMA q = 4 h +
 // 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
@@ -864,15 +867,15 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
 // 128-byte swizzle: two panels of 64 tokens x 64 f16 (128 bytes), MMA q at 32 (q % 4) bytes of
 // panel q / 4.
-template <int kFmt, int kStages, int kPacked, typename OutT, typename SwT>
-__global__ void __launch_bounds__(256, 1)
+template <int kFmt, int kStages, int kPacked, int kWG, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * kWG, 3 - kWG)
 w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
                       const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                       const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                       OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kFmt != kInt8 && kStages >= 2, "fp8 warpgroup schedule");
+  static_assert(kFmt != kInt8 && kStages >= 2 && (kWG == 1 || kWG == 2), "fp8 warpgroup schedule");
   gdn::pdl_launch_dependents();
-  constexpr int kBM = 128, kBN = 64;                        // weight rows, tokens a CTA
+  constexpr int kBM = 64 * kWG, kBN = 64;                   // weight rows, tokens a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
   constexpr int kPanel = kBN * 128;                         // 64 tokens x 64 f16
   constexpr int kSplit = 8;                                 // w8a8_gemm_kernel's K split
@@ -958,10 +961,11 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
     const uint8_t* b = a + kStageA;
     uint8_t* bh = tiles + (i & 1) * 2 * kPanel;
     gdn::mbar_wait(bars + 8 * st, (i / kStages) & 1);
-    {
-      // The tokens to f16: thread (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each
+#pragma unroll
+    for (int item = tid; item < 4 * kBN; item += 128 * kWG) {
+      // The tokens to f16: item (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each
       // of the half's four 16-byte units and writes the four 16-byte units they fill.
-      const int r = tid >> 2, h = (tid >> 1) & 1, u = tid & 1;
+      const int r = item >> 2, h = (item >> 1) & 1, u = item & 1;
       uint2 x[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint2*>(b + swz128(r, 4 * h + q) + 8 * u);

@@ -1,4 +1,4 @@
-"""The tensor maps of the int8 warpgroup kernel, read back on the CPU: no GPU.
+"""The tensor maps of the warpgroup-MMA kernels, read back on the CPU: no GPU.
 
 A tensor copy takes, for each box index (innermost dimension fastest), the byte at the sum of
 (coordinate + index) x stride over the dimensions, zero past a dimension's end, and writes the box
@@ -30,27 +30,29 @@ def read_box(flat: np.ndarray, dims, strides, box, coords) -> np.ndarray:
 
 
 @pytest.mark.parametrize("n, k", [(256, 256), (200, 384)])
-def test_weight_boxes_hold_the_stage_rows(n, k):
-    """Row-major: 128 rows of the chunk's 128 bytes (rows past N zero). Tile-major: the chunk's
-    two 64-byte halves, each 128 rows of 64 bytes (rows past the padded N zero), whatever the
-    tile-major order of the bytes in memory."""
+@pytest.mark.parametrize("rows", [128, 64])
+def test_weight_boxes_hold_the_stage_rows(n, k, rows):
+    """Row-major: ``rows`` rows of the chunk's 128 bytes (rows past N zero). Tile-major: the
+    chunk's two 64-byte halves, each ``rows`` rows of 64 bytes (rows past the padded N zero),
+    whatever the tile-major order of the bytes in memory. 128 rows: int8's kernel and fp8's with
+    two warpgroups; 64: fp8's with one."""
     rng = np.random.default_rng(0)
     w = rng.integers(1, 256, (n, k), dtype=np.uint8)
     n16 = -(-n // 16) * 16
     padded = np.zeros((n16, k), np.uint8)
     padded[:n] = w
     tiles = _quantize.tile_major_order(padded).ravel()
-    for n0 in range(0, n, 128):
-        want = np.zeros((128, k), np.uint8)
-        want[: min(128, n - n0)] = w[n0:n0 + 128]
+    for n0 in range(0, n, rows):
+        want = np.zeros((rows, k), np.uint8)
+        want[: min(rows, n - n0)] = w[n0:n0 + rows]
         for c in range(k // 128):
-            dims, strides, box, swizzle = _tma.weight_map_shape(n, k, "rows")
+            dims, strides, box, swizzle = _tma.weight_map_shape(n, k, "rows", rows)
             assert swizzle == 128 and box[0] == 128
-            got = read_box(w.ravel(), dims, strides, box, (c * 128, n0)).reshape(128, 128)
+            got = read_box(w.ravel(), dims, strides, box, (c * 128, n0)).reshape(rows, 128)
             assert (got == want[:, c * 128:(c + 1) * 128]).all(), (n0, c)
-            dims, strides, box, swizzle = _tma.weight_map_shape(n, k, "tiles16")
+            dims, strides, box, swizzle = _tma.weight_map_shape(n, k, "tiles16", rows)
             assert swizzle == 64 and box[0] == 64
-            got = read_box(tiles, dims, strides, box, (0, 0, 0, n0 // 16, 2 * c)).reshape(2, 128, 64)
+            got = read_box(tiles, dims, strides, box, (0, 0, 0, n0 // 16, 2 * c)).reshape(2, rows, 64)
             for half in range(2):
                 assert (got[half] == want[:, c * 128 + 64 * half:c * 128 + 64 * (half + 1)]).all(), (n0, c, half)
 
@@ -84,7 +86,8 @@ def test_map_cache_builds_each_map_once(monkeypatch):
     assert cache.weight(1 << 20, 256, 512, "rows") == a and len(calls) == 1
     assert calls[0] == ((1 << 20,) + _tma.weight_map_shape(256, 512, "rows"))
     assert cache.weight(1 << 20, 256, 512, "tiles16") != a
+    assert cache.weight(1 << 20, 256, 512, "rows", 64) != a
     assert cache.weight(2 << 20, 256, 512, "rows") != a
     x = cache.activations(3 << 20, 64, 512, 64)
     assert cache.activations(3 << 20, 64, 512, 64) == x and cache.activations(3 << 20, 64, 512, 128) != x
-    assert len(calls) == 5
+    assert len(calls) == 6
