@@ -269,7 +269,7 @@ def test_warpgroup_rows_match_decode_rows(ctx, fmt):
     from gdn_kernels.w8a8 import _FMT
 
     rng = np.random.default_rng(13)
-    n, k = 4100, 1280
+    n, k = 12300, 1280
     hw = HostWeight(rng, fmt, n, k)
     x = random_activations(rng, 256, k, "bfloat16", outliers=True, zero_rows=(5, 200))
     rows_w = hw.w
