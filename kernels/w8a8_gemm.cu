@@ -103,6 +103,20 @@ __device__ __forceinline__ void fold(Acc (&sum)[2][4][4], Acc (&acc)[2][4][4], i
       }
 }
 
+// Chunk i of a CTA's sequence in the decode kernel's warp order: the kSplit = 8 decode warps' chunks
+// (warp w takes w, w + 8, ...), warp 0's first, for the kernels that keep that order at many rows.
+__device__ __forceinline__ int decode_order_chunk(int i, int chunks) {
+  constexpr int kSplit = 8;
+  const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
+  int v = 0;
+  for (; v < kSplit; ++v) {
+    const int cnt = per + (v < extra);
+    if (i < cnt) break;
+    i -= cnt;
+  }
+  return v + i * kSplit;
+}
+
 }  // namespace
 
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
@@ -430,17 +444,8 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   const int n0 = blockIdx.y * kN, tok0 = blockIdx.x * kT;
   const int chunks = K >> 7;
 
-  // Chunk i of this CTA's sequence, in the decode kernel's warp order.
   const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
-  auto chunk_at = [&](int i) {
-    int v = 0;
-    for (; v < kSplit; ++v) {
-      const int cnt = per + (v < extra);
-      if (i < cnt) break;
-      i -= cnt;
-    }
-    return v + i * kSplit;
-  };
+  auto chunk_at = [&](int i) { return decode_order_chunk(i, chunks); };
 
   auto load = [&](int stage, int c) {
     uint8_t* a = smem + stage * (kStageA + kStageB);
@@ -892,17 +897,8 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
   const int chunks = K >> 7;
 
-  // Chunk i of this CTA's sequence, in the decode kernel's warp order (as w8a8_tiled_kernel).
-  const int per = chunks / kSplit, extra = chunks % kSplit;
-  auto chunk_at = [&](int i) {
-    int v = 0;
-    for (; v < kSplit; ++v) {
-      const int cnt = per + (v < extra);
-      if (i < cnt) break;
-      i -= cnt;
-    }
-    return v + i * kSplit;
-  };
+  const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
+  auto chunk_at = [&](int i) { return decode_order_chunk(i, chunks); };
   auto tma_a = [&](int s, int c) {
     const uint32_t dst = smem_s + s * kStage, bar = bars + 8 * s;
     if constexpr (kPacked) {
