@@ -90,9 +90,11 @@ def test_every_chosen_gemm_schedule_is_compiled():
 
 def test_w8a8_schedules_fit_shared_memory_and_their_formats():
     """Every W8A8 schedule, shipped or swept, asks for at most the 227 KB of shared memory a Hopper
-    CTA may have (the launch would fail on the GPU otherwise); the warpgroup-MMA kernel, whose K
-    order is not the decode kernels', is chosen and named for int8 only, from WGMMA_MIN_ROWS rows
-    and with at least WGMMA_MIN_CTAS CTAs."""
+    CTA may have (the launch would fail on the GPU otherwise), and a one-warpgroup fp8 schedule
+    lets two CTAs share a multiprocessor's 228 KB; int8's warpgroup-MMA kernel, whose K order is
+    not the decode kernels', is chosen and named for int8 only, from WGMMA_MIN_ROWS rows and with
+    at least WGMMA_MIN_CTAS CTAs; the fp8 warpgroup kernel (f16 MMAs, the decode kernels' bits)
+    for fp8 only, from 64 rows."""
     limit = 227 * 1024
     formats = (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK)
     for fmt in formats:
@@ -101,10 +103,16 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
                     + _build.wgmma_sweep_cfgs(fmt, tiles) + _build.wgmma_sweep_cfgs(fmt, tiles, True))
             for cfg in cfgs:
                 assert cfg.smem <= limit, cfg
-                assert not cfg.wg or fmt == _build.FMT_INT8, (fmt, cfg)
+                if cfg.f16 == 1:
+                    assert 2 * (cfg.smem + 1024) <= 228 * 1024, cfg
+                assert not cfg.wg or (fmt == _build.FMT_INT8) == (not cfg.f16), (fmt, cfg)
     for fmt in (_build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         with pytest.raises(ValueError):
             _build.GemmCfg(stages=6, wg=64).name(fmt, 4, "__nv_bfloat16", "float")
+        for rows in (1, 16, 32, 63):
+            assert not _build.gemm_config(fmt, rows, 34816, 5120).wg
+    with pytest.raises(ValueError):
+        _build.WGMMA_FP8.name(_build.FMT_INT8, 4, "__nv_bfloat16", "float")
     for rows in range(1, 257, 7):
         for n in (16, 2048, 4096, 5120, 16384, 34816):
             cfg = _build.wgmma_config(rows, n, False)
@@ -113,7 +121,8 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
             assert rows >= _build.WGMMA_MIN_ROWS
             assert -(-rows // cfg.wg) * -(-n // 128) >= _build.WGMMA_MIN_CTAS
             assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096) == cfg
-            assert _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096).wg == 0
+            fp8 = _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096)
+            assert not fp8.wg or fp8.f16, fp8
 
 
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
