@@ -127,7 +127,8 @@ class GemmCfg:
     tensor copies (w8a8_wgmma_tma_kernel: ``tma`` 1 the weight, 2 the tokens too; the kernel then
     takes two tensor maps before its other arguments). ``f16`` 1 or 2 (fp8 only, with ``wg`` 64
     and ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, that many
-    warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages. No
+    warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages;
+    ``overlap`` 1 converts the next chunk's tokens while the chunk's first MMAs run. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -143,6 +144,7 @@ class GemmCfg:
     wg: int = 0
     tma: int = 0
     f16: int = 0
+    overlap: int = 0
 
     @property
     def threads(self) -> int:
@@ -186,7 +188,8 @@ class GemmCfg:
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2:
                 raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies")
-            return f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {self.f16}, {out_t}, {scale_t}>"
+            return (f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {self.f16}, {self.overlap}, {out_t}, "
+                    f"{scale_t}>")
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
@@ -429,9 +432,12 @@ def _pre_sweep_instances() -> tuple[str, ...]:
 
 
 # The fp8 warpgroup kernel's schedules in the sweep: two warpgroups a CTA with 4-8 stages (8 fill
-# the shared memory), or one with 3-4 (two CTAs a multiprocessor).
+# the shared memory), or one with 3-4 (two CTAs a multiprocessor); the overlapped form (not yet
+# run on the GPU).
 WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 8))
-                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (3, 4)))
+                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (3, 4))
+                   # The next chunk's tokens converted under this chunk's first MMAs.
+                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=1) for s in (4, 6)))
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:

@@ -864,7 +864,9 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages (chunks in flight: kStages - 1).
 // kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  kWG: warpgroups a CTA; with one,
 // two CTAs share a multiprocessor, so that one's MMAs run while the other converts and adds.
-// Other arguments as there.
+// kOverlap: 1 converts the next chunk's tokens while this chunk's first MMAs run (else before
+// this chunk's MMAs); the stage of chunk i is then waited one iteration earlier, so kStages - 2
+// chunks are requested ahead of the one being converted. Other arguments as there.
 //
 // The f16 token tile (two, alternating by chunk): chunk position 16 q + p, for f16 MMA q = 4 h +
 // 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
@@ -872,13 +874,13 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
 // 128-byte swizzle: two panels of 64 tokens x 64 f16 (128 bytes), MMA q at 32 (q % 4) bytes of
 // panel q / 4.
-template <int kFmt, int kStages, int kPacked, int kWG, typename OutT, typename SwT>
+template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, typename OutT, typename SwT>
 __global__ void __launch_bounds__(128 * kWG, 3 - kWG)
 w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
                       const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                       const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                       OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kFmt != kInt8 && kStages >= 2 && (kWG == 1 || kWG == 2), "fp8 warpgroup schedule");
+  static_assert(kFmt != kInt8 && kStages >= 3 && (kWG == 1 || kWG == 2), "fp8 warpgroup schedule");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 64 * kWG, kBN = 64;                   // weight rows, tokens a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
@@ -947,20 +949,16 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
     }
   };
 
-  float acc[32], sum[32];
-#pragma unroll
-  for (int e = 0; e < 32; ++e) acc[e] = sum[e] = 0.f;
-  int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
-  for (int i = 0; i < chunks; ++i) {
-    const int st = i % kStages;
-    const uint8_t* a = smem + st * kStage;
-    const uint8_t* b = a + kStageA;
-    uint8_t* bh = tiles + (i & 1) * 2 * kPanel;
-    gdn::mbar_wait(bars + 8 * st, (i / kStages) & 1);
+  // Chunk j's tokens: wait for its stage, then convert them to f16 into token tile j % 2. Item
+  // (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each of the half's four 16-byte
+  // units and writes the four 16-byte units they fill.
+  auto convert_tokens = [&](int j) {
+    const int st = j % kStages;
+    const uint8_t* b = smem + st * kStage + kStageA;
+    uint8_t* bh = tiles + (j & 1) * 2 * kPanel;
+    gdn::mbar_wait(bars + 8 * st, (j / kStages) & 1);
 #pragma unroll
     for (int item = tid; item < 4 * kBN; item += 128 * kWG) {
-      // The tokens to f16: item (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each
-      // of the half's four 16-byte units and writes the four 16-byte units they fill.
       const int r = item >> 2, h = (item >> 1) & 1, u = item & 1;
       uint2 x[4];
 #pragma unroll
@@ -977,6 +975,19 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
           *reinterpret_cast<uint4*>(bh + h * kPanel + swz128(r, 2 * (2 * u + l) + e)) = o;
         }
     }
+  };
+  // kOverlap: chunk 0's tokens now, chunk i + 1's while chunk i's first MMAs run.
+  if constexpr (kOverlap) {
+    if (chunks > 0) convert_tokens(0);
+  }
+
+  float acc[32], sum[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) acc[e] = sum[e] = 0.f;
+  int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
+  for (int i = 0; i < chunks; ++i) {
+    const uint8_t* a = smem + (i % kStages) * kStage;
+    if constexpr (!kOverlap) convert_tokens(i);
     uint4 ra[2], rb[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -1032,6 +1043,9 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
         wgmma_f16_rs(d, a16, wgmma_desc(bh_s + (q >> 2) * kPanel + 32 * (q & 3)), l);
       }
       wgmma_commit();
+      if constexpr (kOverlap) {
+        if (s == 1 && i + 1 < chunks) convert_tokens(i + 1);
+      }
       if (s > 0) {
         wgmma_wait<1>();
         float(&prev)[32] = (s & 1) ? d0 : d1;
