@@ -640,6 +640,20 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // Byte offset of (row r, 16-byte unit u) in a 128-byte swizzled operand tile.
 __device__ __forceinline__ int swz128(int r, int u) { return r * 128 + ((u ^ (r & 7)) << 4); }
 
+// Chunk c of the weight rows n0.. into shared address dst by one tensor copy of map (the box of
+// gdn_kernels/_tma.py weight_map_shape), completing on barrier bar. Tile-major (kPacked): the
+// weight as 5 dimensions (the 64 bytes of a half-row, row % 8, the tile's row halves, 16-row
+// tiles, the chunk's halves), landing as two blocks of the box's rows of 64 bytes (64-byte
+// swizzle), one a half of the chunk; row-major: rows of 128 bytes (128-byte swizzle).
+template <int kPacked>
+__device__ __forceinline__ void tma_weight_chunk(uint32_t dst, const gdn::TensorMap* map, uint32_t bar, int n0, int c) {
+  if constexpr (kPacked) {
+    gdn::tma_load_5d(dst, map, bar, 0, 0, 0, n0 >> 4, 2 * c);
+  } else {
+    gdn::tma_load_2d(dst, map, bar, c * 128, n0);
+  }
+}
+
 }  // namespace
 
 // The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
@@ -688,17 +702,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
       gdn::cp_async16(b + swz128(r, u), xq + (long long)min(tok0 + r, rows - 1) * K + (long long)c * 128 + 16 * u);
     }
   };
-  auto tma_a = [&](int s, int c) {
-    const uint32_t dst = smem_s + s * (kStageA + kStageB), bar = bars + 8 * s;
-    if constexpr (kPacked) {
-      // The tile-major weight as 5 dimensions (the 64 bytes of a half-row, row % 8, the tile's row
-      // halves, 16-row tiles, the chunk's halves): two blocks of 128 rows of 64 bytes (64-byte
-      // swizzle), one a half of the chunk.
-      gdn::tma_load_5d(dst, wmap, bar, 0, 0, 0, n0 >> 4, 2 * c);
-    } else {
-      gdn::tma_load_2d(dst, wmap, bar, c * 128, n0);
-    }
-  };
+  auto tma_a = [&](int s, int c) { tma_weight_chunk<kPacked>(smem_s + s * (kStageA + kStageB), wmap, bars + 8 * s, n0, c); };
   auto tma_b = [&](int s, int c) {
     gdn::tma_load_2d(smem_s + s * (kStageA + kStageB) + kStageA, xmap, bars + 8 * s, c * 128, tok0);
   };
@@ -901,14 +905,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
 
   const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
   auto chunk_at = [&](int i) { return decode_order_chunk(i, chunks); };
-  auto tma_a = [&](int s, int c) {
-    const uint32_t dst = smem_s + s * kStage, bar = bars + 8 * s;
-    if constexpr (kPacked) {
-      gdn::tma_load_5d(dst, &wmap, bar, 0, 0, 0, n0 >> 4, 2 * c);
-    } else {
-      gdn::tma_load_2d(dst, &wmap, bar, c * 128, n0);
-    }
-  };
+  auto tma_a = [&](int s, int c) { tma_weight_chunk<kPacked>(smem_s + s * kStage, &wmap, bars + 8 * s, n0, c); };
   auto tma_b = [&](int s, int c) { gdn::tma_load_2d(smem_s + s * kStage + kStageA, &xmap, bars + 8 * s, c * 128, tok0); };
 
   if (tid == 0) {
@@ -932,7 +929,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
     }
   }
 
-  // This thread's weight rows (of the CTA's 128) and tokens.
+  // This thread's weight rows (of the CTA's kBM) and tokens.
   const int row = 64 * wg + 16 * warp + g;
   int i_tok[8][2];
 #pragma unroll
@@ -942,7 +939,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
   }
   // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
   auto lds_w = [&](const uint8_t* a, int r, int h) {
-    if constexpr (kPacked) {  // two blocks of 128 rows of 64 bytes, 64-byte swizzle
+    if constexpr (kPacked) {  // two blocks of kBM rows of 64 bytes, 64-byte swizzle
       return *reinterpret_cast<const uint4*>(a + h * (kStageA / 2) + r * 64 + ((t ^ ((r >> 1) & 3)) << 4));
     } else {
       return *reinterpret_cast<const uint4*>(a + swz128(r, 4 * h + t));
@@ -985,6 +982,14 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
 #pragma unroll
   for (int e = 0; e < 32; ++e) acc[e] = sum[e] = 0.f;
   int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
+  // Decode warp v's finished sums into the total, as w8a8_gemm_kernel's reduction adds them.
+  auto fold_warp = [&]() {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+      acc[e] = 0.f;
+    }
+  };
   for (int i = 0; i < chunks; ++i) {
     const uint8_t* a = smem + (i % kStages) * kStage;
     if constexpr (!kOverlap) convert_tokens(i);
@@ -995,11 +1000,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
       rb[h] = lds_w(a, row + 8, h);
     }
     while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
-#pragma unroll
-      for (int e = 0; e < 32; ++e) {
-        sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
-        acc[e] = 0.f;
-      }
+      fold_warp();
       ++v;
       left = per + (v < extra);
     }
@@ -1069,13 +1070,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
         }
       }
   }
-  for (; v < kSplit; ++v) {
-#pragma unroll
-    for (int e = 0; e < 32; ++e) {
-      sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
-      acc[e] = 0.f;
-    }
-  }
+  for (; v < kSplit; ++v) fold_warp();
 
   // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2.
 #pragma unroll

@@ -68,12 +68,8 @@ __device__ __forceinline__ float ld_dep(const float* p) {
   return r;
 }
 __device__ __forceinline__ float4 ld_dep_f4(const float4* p) {
-  float4 r;
-  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
-               : "l"(p)
-               : "memory");
-  return r;
+  const uint4 r = ld_dep_v4(p);
+  return make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z), __uint_as_float(r.w));
 }
 
 }  // namespace gdn
