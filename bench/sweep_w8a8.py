@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def schedule_key(cfg) -> str:
     """The column name of a schedule (see the caption)."""
     if cfg.wg:
         name = ((f"f16x{cfg.f16}_" if cfg.f16 else "") + f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
-                + ("_ovl" if cfg.overlap else ""))
+                + ("_ovl" if cfg.overlap else "") + (f"_k{cfg.split}" if cfg.split > 1 else ""))
     elif cfg.stages:
         name = f"tiled{cfg.stages}"
     else:
@@ -61,6 +62,7 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
     ap.add_argument("--wgmma-only", action="store_true", help="time only the warpgroup-MMA schedules")
+    ap.add_argument("--only", default=None, help="time only the schedules whose column name matches this regex")
     ap.add_argument("--pre", action="store_true",
                     help="instead: the shared-memory staging schedules (_build.pre_sweep_cfgs, rows 1-16) on "
                          "tile-major weights, each timed as a whole projection (quantizer + GEMM with PDL)")
@@ -119,6 +121,8 @@ def main() -> int:
                             cfgs += _build.sweep_cfgs(tiles, True) + _build.wgmma_sweep_cfgs(code, tiles, True)
                         if args.wgmma_only:
                             cfgs = tuple(c for c in cfgs if c.wg)
+                        if args.only:
+                            cfgs = tuple(c for c in cfgs if re.search(args.only, schedule_key(c)))
                         family, x_ptr = "w8a8_gemm_sweep", None
                     for cfg in cfgs:
                         key = schedule_key(cfg) + (f"_pre{cfg.pre}" if args.pre else "")
@@ -144,7 +148,7 @@ def main() -> int:
     caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
                "b (CTAs an SM), tiledN (the tiled kernel, N stages), wgT_sN (int8: the warpgroup-MMA kernel, T tokens a "
                "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands), f16xW_wg64_sN_tma2 (fp8: the "
-               "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs); packed_*: the same on tile-major weights "
+               "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs); _kS: int8's K split over a cluster of S CTAs a tile; packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
                "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL.")

@@ -128,7 +128,9 @@ class GemmCfg:
     takes two tensor maps before its other arguments). ``f16`` 1 or 2 (fp8 only, with ``wg`` 64
     and ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, that many
     warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages;
-    ``overlap`` 1 converts the next chunk's tokens while the chunk's first MMAs run. No
+    ``overlap`` 1 converts the next chunk's tokens while the chunk's first MMAs run. ``split``
+    > 1 (int8, ``tma`` 2): w8a8_wgmma_split_kernel, K split that many ways over a cluster of CTAs
+    a tile, their exact int32 sums added through distributed shared memory. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -145,6 +147,7 @@ class GemmCfg:
     tma: int = 0
     f16: int = 0
     overlap: int = 0
+    split: int = 1
 
     @property
     def threads(self) -> int:
@@ -173,7 +176,7 @@ class GemmCfg:
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
-            return (-(-rows // self.wg), -(-n // self.rows_tile), 1)
+            return (-(-rows // self.wg), -(-n // self.rows_tile), self.split)
         if self.stages:
             return (-(-rows // 64), -(-n // 128), 1)
         return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
@@ -193,6 +196,11 @@ class GemmCfg:
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
+            if self.split > 1:
+                if self.tma != 2:
+                    raise ValueError("the split warpgroup-MMA kernel takes both operands by tensor copies")
+                return (f"w8a8_wgmma_split_kernel<{self.stages}, {self.wg}, {self.packed}, {self.tma}, {self.split}, "
+                        f"{out_t}, {scale_t}>")
             if self.tma:
                 return (f"w8a8_wgmma_tma_kernel<{self.stages}, {self.wg}, {self.packed}, {self.tma}, {out_t}, "
                         f"{scale_t}>")
@@ -238,7 +246,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
             return GemmCfg(1, 2, 1, 1) if small else GemmCfg(4, 2, 0, 1) if k >= 8192 else GemmCfg(4, 1, 0, 2)
         # Block scales: (1, 2, 0, 2) is faster but the H200's NVRTC spills it at 128 registers.
         return GemmCfg(2, 1, 1, 1) if fmt == FMT_FP8_BLOCK else GemmCfg(1, 2, 0, 2)
-    wgmma = wgmma_config(rows, n, False) if fmt == FMT_INT8 else None
+    wgmma = wgmma_config(rows, n, k, False) if fmt == FMT_INT8 else None
     if wgmma:
         return wgmma
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU; for fp8
@@ -276,7 +284,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return GemmCfg(1, 2, 1, 1)
         stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
-    wgmma = wgmma_config(rows, n, True) if fmt == FMT_INT8 else None
+    wgmma = wgmma_config(rows, n, k, True) if fmt == FMT_INT8 else None
     if wgmma:
         return wgmma
     # 17-256 rows (sweep_w8a8_packed_rows32_256_h200.md): the tiled kernel for the wide weights
@@ -307,15 +315,32 @@ WGMMA_MIN_CTAS = 32
 WGMMA_TMA_STAGES = {64: 8, 128: 6}
 
 
-def wgmma_config(rows: int, n: int, packed: bool) -> GemmCfg | None:
-    """int8: the warpgroup-MMA schedule of this row count, N and weight layout (128 tokens a CTA
-    beyond 64 rows where that keeps 64 CTAs, else 64; both operands by tensor copies), or None
-    where the decode kernels run."""
+# The K split of the int8 warpgroup-MMA kernel (GemmCfg.split): where its tiles are too few to fill
+# the GPU, each tile's K is split over a cluster of up to WGMMA_MAX_SPLIT CTAs, as many as keep
+# every CTA in one wave of SPLIT_SMS multiprocessors (the H200's; one CTA a multiprocessor) and at
+# least SPLIT_MIN_CHUNKS chunks of K a CTA.
+WGMMA_MAX_SPLIT = 4
+SPLIT_SMS = 132
+SPLIT_MIN_CHUNKS = 8
+
+
+def wgmma_split(ctas: int, k: int) -> int:
+    """CTAs a tile of the int8 warpgroup-MMA kernel for ``ctas`` tiles and this K."""
+    return max(s for s in range(1, WGMMA_MAX_SPLIT + 1)
+               if s == 1 or (ctas * s <= SPLIT_SMS and (k // 128) // s >= SPLIT_MIN_CHUNKS))
+
+
+def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
+    """int8: the warpgroup-MMA schedule of this row count, weight shape and layout (128 tokens a
+    CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64; both operands by
+    tensor copies; K split over a cluster where the tiles are few), or None where the decode
+    kernels run."""
     tiles_n = -(-n // 128)
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
-    wg = 128 if rows > 64 and -(-rows // 128) * tiles_n >= 64 else 64
-    return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2)
+    ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
+    wg = 128 if rows > 64 and ctas[128] * wgmma_split(ctas[128], k) >= 64 else 64
+    return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2, split=wgmma_split(ctas[wg], k))
 
 
 # fp8 at many rows: the f16 warpgroup kernel, two warpgroups (128 weight rows) and 64 tokens a CTA,
@@ -329,7 +354,7 @@ WGMMA_FP8 = GemmCfg(stages=4, wg=64, tma=2, f16=2)
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
     """The schedule that runs in place of a tensor-copy one where the driver cannot describe the
     tensor-map kernel's parameters (cuFuncGetParamInfo, CUDA 12.4+) or encode its maps: int8's
-    cp.async twin; for fp8 the tiled kernel (the same bits)."""
+    cp.async twin (unsplit); for fp8 the tiled kernel (the same bits)."""
     if cfg.f16:
         return GemmCfg(stages=4, packed=cfg.packed)
     return GemmCfg(stages=WGMMA_STAGES[(cfg.wg, cfg.packed)], wg=cfg.wg, packed=cfg.packed)
@@ -341,7 +366,9 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                # Tensor copies of the weight (tma 1) or of both operands (tma 2).
                GemmCfg(stages=6, wg=64, tma=1), GemmCfg(stages=8, wg=64, tma=1), GemmCfg(stages=4, wg=128, tma=1),
                GemmCfg(stages=6, wg=128, tma=1), GemmCfg(stages=6, wg=64, tma=2), GemmCfg(stages=8, wg=64, tma=2),
-               GemmCfg(stages=9, wg=64, tma=2), GemmCfg(stages=4, wg=128, tma=2), GemmCfg(stages=6, wg=128, tma=2))
+               GemmCfg(stages=9, wg=64, tma=2), GemmCfg(stages=4, wg=128, tma=2), GemmCfg(stages=6, wg=128, tma=2),
+               # K split over a cluster of 2-4 CTAs a tile.
+               *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
@@ -350,6 +377,9 @@ def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
     rows = {1: (1,), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
+    # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.
+    cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16
+             for s in range(1, WGMMA_MAX_SPLIT + 1)]
     return tuple(dict.fromkeys(cfgs + [wgmma_fallback(c) for c in cfgs if c.tma]))
 
 

@@ -662,18 +662,23 @@ __device__ __forceinline__ void tma_weight_chunk(uint32_t dst, const gdn::Tensor
 // box a stage, landing swizzled as the MMA reads it: from a row-major weight 128 rows of 128
 // bytes, 128-byte swizzle; from a tile-major one, whose rows are 64-byte halves, two blocks of 128
 // rows of 64 bytes, 64-byte swizzle; gdn_kernels/_tma.py builds the maps), the tokens by
-// cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  OutT: bf16 or fp16.
-// SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
+// cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  kSplit: CTAs a tile (a
+// cluster along z, blockIdx.z its rank), each multiplying a contiguous 1/kSplit of the chunks;
+// their int32 sums are added through distributed shared memory, exactly, so the bits do not
+// depend on it.  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
 // sx: per-token scales.  out: [rows, N] at row stride ldc.  K: a multiple of 128.
-template <int kStages, int kBN, int kPacked, int kTma, typename OutT, typename SwT>
+template <int kStages, int kBN, int kPacked, int kTma, int kSplit, typename OutT, typename SwT>
 __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn::TensorMap* xmap,
                                            const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                                            const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                                            OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   static_assert(kStages >= 3 && (kBN == 64 || kBN == 128) && kTma >= 0 && kTma <= 2, "wgmma schedule");
+  static_assert(kSplit >= 1 && kSplit <= 8, "wgmma K split: a portable cluster");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 128;                                    // weight rows a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128;     // bytes a stage
+  // The split's exchange: every thread's kBN / 2 sums, in the stages once the MMAs are done.
+  static_assert(kSplit == 1 || kBN * 512 <= kStages * (kStageA + kStageB), "split exchange fits the stages");
   constexpr uint32_t kTmaBytes = kStageA + (kTma == 2 ? kStageB : 0);
   extern __shared__ uint8_t smem_raw[];
   // The swizzle is a function of the address: atoms must sit on 1 KB boundaries.
@@ -685,16 +690,20 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
   const uint32_t bars = smem_s + kStages * (kStageA + kStageB);
   const int wg = threadIdx.x >> 7;                            // warpgroup: weight rows 64 wg..
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
-  const int chunks = K >> 7;
+  // This CTA's chunks: c0 .. c0 + chunks - 1 of K's (all of them without a split).
+  const int split = kSplit > 1 ? (int)blockIdx.z : 0;
+  const int c0 = (K >> 7) * split / kSplit;
+  const int chunks = (K >> 7) * (split + 1) / kSplit - c0;
 
   // Chunk c into stage s: the CTA's 128 weight rows (load_a) and kBN token rows (load_b), 8 units
   // of 16 bytes each, by cp.async (every thread); tma_a and tma_b: the same by tensor copies
   // (one thread).
-  auto load_a = [&](int s, int c) {
+  auto load_a = [&](int s, int i) {
     copy_weight_rows<kPacked>(smem + s * (kStageA + kStageB), [](int r, int u) { return swz128(r, u); }, w, n0, N,
-                              K, c);
+                              K, c0 + i);
   };
-  auto load_b = [&](int s, int c) {
+  auto load_b = [&](int s, int i) {
+    const int c = c0 + i;
     uint8_t* b = smem + s * (kStageA + kStageB) + kStageA;
 #pragma unroll
     for (int q = 0; q < kBN * 8 / 256; ++q) {
@@ -702,9 +711,11 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
       gdn::cp_async16(b + swz128(r, u), xq + (long long)min(tok0 + r, rows - 1) * K + (long long)c * 128 + 16 * u);
     }
   };
-  auto tma_a = [&](int s, int c) { tma_weight_chunk<kPacked>(smem_s + s * (kStageA + kStageB), wmap, bars + 8 * s, n0, c); };
-  auto tma_b = [&](int s, int c) {
-    gdn::tma_load_2d(smem_s + s * (kStageA + kStageB) + kStageA, xmap, bars + 8 * s, c * 128, tok0);
+  auto tma_a = [&](int s, int i) {
+    tma_weight_chunk<kPacked>(smem_s + s * (kStageA + kStageB), wmap, bars + 8 * s, n0, c0 + i);
+  };
+  auto tma_b = [&](int s, int i) {
+    gdn::tma_load_2d(smem_s + s * (kStageA + kStageB) + kStageA, xmap, bars + 8 * s, (c0 + i) * 128, tok0);
   };
 
   int d[kBN / 2];
@@ -787,13 +798,43 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
   }
   wgmma_wait<0>();
 
-  // Epilogue (w8a8_gemm_kernel's for int8).
+  if constexpr (kSplit > 1) {
+    // Each CTA of the cluster publishes its sums (thread-major 16-byte groups: d[4 j ..] of thread
+    // x at group j * 256 + x), then adds the groups j with j % kSplit == its rank from every CTA
+    // and writes those outputs. The last barrier keeps its shared memory until all have read it.
+    __syncthreads();  // both warpgroups' MMAs have read their last stage
+    int4* red = reinterpret_cast<int4*>(smem);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) red[j * 256 + threadIdx.x] = make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+    gdn::cluster_sync();
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      if (j % kSplit != split) continue;
+      int4 sum = make_int4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < kSplit; ++r) {
+        const int4 v = gdn::ld_cluster_v4(smem_s + (uint32_t)(j * 256 + threadIdx.x) * 16u, r);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      d[4 * j] = sum.x;
+      d[4 * j + 1] = sum.y;
+      d[4 * j + 2] = sum.z;
+      d[4 * j + 3] = sum.w;
+    }
+    gdn::cluster_sync();
+  }
+
+  // Epilogue (w8a8_gemm_kernel's for int8); with a split, this CTA's groups of the tile.
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      if (kSplit > 1 && j % kSplit != split) continue;
       const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
       const int tok = tok0 + j * 8 + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
@@ -808,7 +849,7 @@ __global__ void __launch_bounds__(256, 1)
 w8a8_wgmma_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                   OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  wgmma_gemm<kStages, kBN, kPacked, 0>(nullptr, nullptr, w, sw, xq, sx, out, ldc, N, K, rows);
+  wgmma_gemm<kStages, kBN, kPacked, 0, 1>(nullptr, nullptr, w, sw, xq, sx, out, ldc, N, K, rows);
 }
 
 // kTma 1 or 2: tensor copies of the weight (wmap) and, with 2, of the tokens (xmap); the maps
@@ -820,7 +861,18 @@ w8a8_wgmma_tma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
                       const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                       const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                       OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  wgmma_gemm<kStages, kBN, kPacked, kTma>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
+  wgmma_gemm<kStages, kBN, kPacked, kTma, 1>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
+}
+
+// w8a8_wgmma_tma_kernel with K split kSplit ways over a cluster of CTAs (grid z: kSplit), for tiles
+// too few to fill the GPU.
+template <int kStages, int kBN, int kPacked, int kTma, int kSplit, typename OutT, typename SwT>
+__global__ void __launch_bounds__(256, 1) __cluster_dims__(1, 1, kSplit)
+w8a8_wgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                        const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                        const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                        OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_gemm<kStages, kBN, kPacked, kTma, kSplit>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
 }
 
 // ---- Many rows, fp8: warpgroup MMAs in f16 that keep the decode kernels' bits ----

@@ -115,11 +115,14 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
         _build.WGMMA_FP8.name(_build.FMT_INT8, 4, "__nv_bfloat16", "float")
     for rows in range(1, 257, 7):
         for n in (16, 2048, 4096, 5120, 16384, 34816):
-            cfg = _build.wgmma_config(rows, n, False)
+            cfg = _build.wgmma_config(rows, n, 4096, False)
             if cfg is None:
                 continue
             assert rows >= _build.WGMMA_MIN_ROWS
-            assert -(-rows // cfg.wg) * -(-n // 128) >= _build.WGMMA_MIN_CTAS
+            assert -(-rows // cfg.wg) * -(-n // 128) * cfg.split >= _build.WGMMA_MIN_CTAS
+            # A K split keeps one wave and a few chunks a CTA.
+            assert cfg.split == 1 or (-(-rows // cfg.wg) * -(-n // 128) * cfg.split <= _build.SPLIT_SMS
+                                      and 4096 // 128 // cfg.split >= _build.SPLIT_MIN_CHUNKS)
             assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096) == cfg
             fp8 = _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096)
             assert not fp8.wg or fp8.f16, fp8
