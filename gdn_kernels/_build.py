@@ -316,18 +316,19 @@ WGMMA_TMA_STAGES = {64: 8, 128: 6}
 
 
 # The K split of the int8 warpgroup-MMA kernel (GemmCfg.split): where its tiles are too few to fill
-# the GPU, each tile's K is split over a cluster of up to WGMMA_MAX_SPLIT CTAs, as many as keep
-# every CTA in one wave of SPLIT_SMS multiprocessors (the H200's; one CTA a multiprocessor) and at
-# least SPLIT_MIN_CHUNKS chunks of K a CTA.
-WGMMA_MAX_SPLIT = 4
-SPLIT_SMS = 132
+# the GPU, each tile's K is split over a cluster of 2 or 4 CTAs, the most that keeps the grid
+# within WGMMA_SPLIT_CTAS[split] CTAs and at least SPLIT_MIN_CHUNKS chunks of K a CTA. Those caps
+# are what ran as one wave on the H200 (one CTA a multiprocessor) in sweep_w8a8_split_65d3412_h200:
+# 128 CTAs in clusters of 2, 64 in clusters of 4, not 128 in clusters of 4 nor 120 in clusters of 3
+# (those took twice as long as the unsplit kernel).
+WGMMA_SPLIT_CTAS = {2: 132, 4: 64}
 SPLIT_MIN_CHUNKS = 8
 
 
 def wgmma_split(ctas: int, k: int) -> int:
     """CTAs a tile of the int8 warpgroup-MMA kernel for ``ctas`` tiles and this K."""
-    return max(s for s in range(1, WGMMA_MAX_SPLIT + 1)
-               if s == 1 or (ctas * s <= SPLIT_SMS and (k // 128) // s >= SPLIT_MIN_CHUNKS))
+    return max([s for s, cap in WGMMA_SPLIT_CTAS.items() if ctas * s <= cap and (k // 128) // s >= SPLIT_MIN_CHUNKS],
+               default=1)
 
 
 def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
@@ -379,7 +380,7 @@ def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.
     cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16
-             for s in range(1, WGMMA_MAX_SPLIT + 1)]
+             for s in (1, *WGMMA_SPLIT_CTAS)]
     return tuple(dict.fromkeys(cfgs + [wgmma_fallback(c) for c in cfgs if c.tma]))
 
 

@@ -121,7 +121,7 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
             assert rows >= _build.WGMMA_MIN_ROWS
             assert -(-rows // cfg.wg) * -(-n // 128) * cfg.split >= _build.WGMMA_MIN_CTAS
             # A K split keeps one wave and a few chunks a CTA.
-            assert cfg.split == 1 or (-(-rows // cfg.wg) * -(-n // 128) * cfg.split <= _build.SPLIT_SMS
+            assert cfg.split == 1 or (-(-rows // cfg.wg) * -(-n // 128) * cfg.split <= _build.WGMMA_SPLIT_CTAS[cfg.split]
                                       and 4096 // 128 // cfg.split >= _build.SPLIT_MIN_CHUNKS)
             assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096) == cfg
             fp8 = _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096)
