@@ -123,14 +123,16 @@ class GemmCfg:
     quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
     (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
-    ``wg`` tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
+    ``wg`` (64, 128 or 256) tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
     tensor copies (w8a8_wgmma_tma_kernel: ``tma`` 1 the weight, 2 the tokens too; the kernel then
     takes two tensor maps before its other arguments). ``f16`` 1 or 2 (fp8 only, with ``wg`` 64
     and ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, that many
     warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages;
     ``overlap`` 1 converts the next chunk's tokens while the chunk's first MMAs run. ``split``
-    > 1 (int8, ``tma`` 2): w8a8_wgmma_split_kernel, K split that many ways over a cluster of CTAs
-    a tile, their exact int32 sums added through distributed shared memory. No
+    > 1 (``tma`` 2): K split over a cluster of that many CTAs a tile: for int8
+    w8a8_wgmma_split_kernel, each CTA a contiguous share of K, the exact int32 sums added through
+    distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
+    warps of chunks, their sums added in the decode kernel's order. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -167,9 +169,14 @@ class GemmCfg:
         stages before waiting on the quantizer."""
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
-            # with tensor copies a barrier a stage, for fp8 two f16 token tiles.
-            return (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
+            # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
+            # cluster, 16-byte aligned slots for all but one of a CTA's decode warps' sums (32
+            # floats a thread each).
+            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
                     + (2 * self.wg * 256 if self.f16 else 0))
+            if self.f16 and self.split > 1:
+                size += -(8 * self.stages) % 16 + (GEMM_WARPS // self.split - 1) * 128 * self.threads
+            return size
         if self.stages:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
@@ -189,8 +196,12 @@ class GemmCfg:
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.f16:
-            if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2:
-                raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies")
+            if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2 or self.split not in (1, 2, 4):
+                raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies, in clusters "
+                                 "of 1, 2 or 4")
+            if self.split > 1:
+                return (f"w8a8_wgmma_fp8_split_kernel<{fmt}, {self.stages}, {self.packed}, {self.f16}, {self.overlap}, "
+                        f"{self.split}, {out_t}, {scale_t}>")
             return (f"w8a8_wgmma_fp8_kernel<{fmt}, {self.stages}, {self.packed}, {self.f16}, {self.overlap}, {out_t}, "
                     f"{scale_t}>")
         if self.wg:
@@ -299,9 +310,10 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
 
 # The cp.async form's stages by token tile and weight layout (shared memory: 128 + wg rows of 128
 # bytes a stage, one CTA a multiprocessor): the sweep's fastest (sweep_w8a8_wgmma_7a8c8b6_h200.md;
-# on tile-major weights the deepest rings are slower than on row-major ones). Shipped only where
-# the driver cannot run the tensor-copy form (wgmma_fallback).
-WGMMA_STAGES = {(64, 0): 8, (128, 0): 6, (64, 1): 6, (128, 1): 5}
+# on tile-major weights the deepest rings are slower than on row-major ones; for 256 tokens the 4
+# that fit, not swept). Shipped only where the driver cannot run the tensor-copy form
+# (wgmma_fallback).
+WGMMA_STAGES = {(64, 0): 8, (128, 0): 6, (64, 1): 6, (128, 1): 5, (256, 0): 4, (256, 1): 4}
 # int8 runs it from this many rows, where it has at least WGMMA_MIN_CTAS CTAs of 64 tokens
 # (sweep_w8a8_wgmma_0755df7_h200.md: at 32 rows the decode kernel is faster on most model
 # shapes, at 64 rows on [2048, 4096] only, whose 16 CTAs leave most multiprocessors idle).
@@ -311,8 +323,8 @@ WGMMA_MIN_CTAS = 32
 
 # Stages of the tensor-copy form by token tile, either layout (sweep_w8a8_tma_ff9af0f_h200.md: both
 # operands by tensor copies, 8 stages of 64 tokens or 6 of 128, was the fastest or within 4% of it
-# on the model shapes at 64-256 rows, 0-22% faster than the cp.async form).
-WGMMA_TMA_STAGES = {64: 8, 128: 6}
+# on the model shapes at 64-256 rows, 0-22% faster than the cp.async form; 256 tokens: the 4 that fit).
+WGMMA_TMA_STAGES = {64: 8, 128: 6, 256: 4}
 
 
 # The K split of the int8 warpgroup-MMA kernel (GemmCfg.split): where its tiles are too few to fill
@@ -369,7 +381,9 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                GemmCfg(stages=6, wg=128, tma=1), GemmCfg(stages=6, wg=64, tma=2), GemmCfg(stages=8, wg=64, tma=2),
                GemmCfg(stages=9, wg=64, tma=2), GemmCfg(stages=4, wg=128, tma=2), GemmCfg(stages=6, wg=128, tma=2),
                # K split over a cluster of 2-4 CTAs a tile.
-               *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)))
+               *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)),
+               # 256 tokens a CTA (shared memory allows 4 stages), unsplit or in clusters of 2.
+               GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
@@ -463,12 +477,13 @@ def _pre_sweep_instances() -> tuple[str, ...]:
 
 
 # The fp8 warpgroup kernel's schedules in the sweep: two warpgroups a CTA with 4-8 stages (8 fill
-# the shared memory), or one with 3-4 (two CTAs a multiprocessor); the overlapped form (not yet
-# run on the GPU).
+# the shared memory), or one with 3-4 (two CTAs a multiprocessor); the overlapped form; the decode
+# order's 8 warps of chunks split over a cluster of 2 or 4 CTAs a tile.
 WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 8))
                    + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (3, 4))
                    # The next chunk's tokens converted under this chunk's first MMAs.
-                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=1) for s in (4, 6)))
+                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=1) for s in (4, 6))
+                   + tuple(GemmCfg(stages=4, wg=64, tma=2, f16=2, split=sp) for sp in (2, 4)))
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:

@@ -628,6 +628,17 @@ struct Wgmma<128> {
   }
 };
 
+template <>
+struct Wgmma<256> {
+  static __device__ __forceinline__ void mma(int (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]), "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+};
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
@@ -657,7 +668,7 @@ __device__ __forceinline__ void tma_weight_chunk(uint32_t dst, const gdn::Tensor
 }  // namespace
 
 // The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
-// a CTA (64 or 128).  kPacked: the weight in the tile-major layout (W8a8Weight.tile_major) or
+// a CTA (64, 128 or 256).  kPacked: the weight in the tile-major layout (W8a8Weight.tile_major) or
 // row-major.  kTma: 0 both operands copied by cp.async; 1 the weight by tensor copies of wmap (a
 // box a stage, landing swizzled as the MMA reads it: from a row-major weight 128 rows of 128
 // bytes, 128-byte swizzle; from a tile-major one, whose rows are 64-byte halves, two blocks of 128
@@ -672,7 +683,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
                                            const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                                            const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                                            OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128) && kTma >= 0 && kTma <= 2, "wgmma schedule");
+  static_assert(kStages >= 3 && (kBN == 64 || kBN == 128 || kBN == 256) && kTma >= 0 && kTma <= 2, "wgmma schedule");
   static_assert(kSplit >= 1 && kSplit <= 8, "wgmma K split: a portable cluster");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 128;                                    // weight rows a CTA
@@ -922,7 +933,10 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // two CTAs share a multiprocessor, so that one's MMAs run while the other converts and adds.
 // kOverlap: 1 converts the next chunk's tokens while this chunk's first MMAs run (else before
 // this chunk's MMAs); the stage of chunk i is then waited one iteration earlier, so kStages - 2
-// chunks are requested ahead of the one being converted. Other arguments as there.
+// chunks are requested ahead of the one being converted.  kCluster: CTAs a tile (1, 2 or 4; a
+// cluster along z, blockIdx.z its rank), each taking 8 / kCluster of the decode order's 8 warps
+// of chunks; the later CTAs keep each warp's sums apart (in shared memory slots, the last in
+// registers) for the exchange after the loop. Other arguments as there.
 //
 // The f16 token tile (two, alternating by chunk): chunk position 16 q + p, for f16 MMA q = 4 h +
 // 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
@@ -930,33 +944,42 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
 // 128-byte swizzle: two panels of 64 tokens x 64 f16 (128 bytes), MMA q at 32 (q % 4) bytes of
 // panel q / 4.
-template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, typename OutT, typename SwT>
-__global__ void __launch_bounds__(128 * kWG, 3 - kWG)
-w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
-                      const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                      const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                      OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, int kCluster, typename OutT, typename SwT>
+__device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const gdn::TensorMap& xmap,
+                                               const SwT* __restrict__ sw, const float* __restrict__ sx,
+                                               OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   static_assert(kFmt != kInt8 && kStages >= 3 && (kWG == 1 || kWG == 2), "fp8 warpgroup schedule");
   gdn::pdl_launch_dependents();
   constexpr int kBM = 64 * kWG, kBN = 64;                   // weight rows, tokens a CTA
   constexpr int kStageA = kBM * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
   constexpr int kPanel = kBN * 128;                         // 64 tokens x 64 f16
   constexpr int kSplit = 8;                                 // w8a8_gemm_kernel's K split
+  static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "fp8 K split: whole decode warps a CTA");
+  constexpr int kThreads = 128 * kWG;
+  // With a cluster, the sums of this CTA's decode warps but its last, kept for the exchange.
+  constexpr int kSlots = kCluster > 1 ? kSplit / kCluster - 1 : 0;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   uint8_t* const smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
   const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-  // [kStages][weight | e4m3 tokens], the two f16 token tiles, a barrier a stage.
+  // [kStages][weight | e4m3 tokens], the two f16 token tiles, a barrier a stage, the slots.
   uint8_t* const tiles = smem + kStages * kStage;
   const uint32_t tiles_s = smem_s + kStages * kStage;
   const uint32_t bars = tiles_s + 2 * 2 * kPanel;
+  float4* const slots = reinterpret_cast<float4*>(tiles + 2 * 2 * kPanel + ((8 * kStages + 15) & ~15));
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
   const int chunks = K >> 7;
 
   const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of w: per + (w < extra)
-  auto chunk_at = [&](int i) { return decode_order_chunk(i, chunks); };
+  // This CTA's decode warps v0 .. v1 - 1 (all 8 without a cluster): the chunks i0 .. i0 + mine - 1
+  // of the decode order. Loop positions below count from i0.
+  const int rank = kCluster > 1 ? (int)blockIdx.z : 0;
+  const int v0 = kSplit * rank / kCluster, v1 = kSplit * (rank + 1) / kCluster;
+  const int i0 = kCluster > 1 ? v0 * per + min(v0, extra) : 0;
+  const int mine = kCluster > 1 ? v1 * per + min(v1, extra) - i0 : chunks;
+  auto chunk_at = [&](int i) { return decode_order_chunk(i0 + i, chunks); };
   auto tma_a = [&](int s, int c) { tma_weight_chunk<kPacked>(smem_s + s * kStage, &wmap, bars + 8 * s, n0, c); };
   auto tma_b = [&](int s, int c) { gdn::tma_load_2d(smem_s + s * kStage + kStageA, &xmap, bars + 8 * s, c * 128, tok0); };
 
@@ -968,14 +991,14 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
   __syncthreads();
   // The first kStages - 1 chunks: the weight before the wait on the quantizer, the tokens after.
   if (tid == 0) {
-    for (int s = 0; s < kStages - 1 && s < chunks; ++s) {
+    for (int s = 0; s < kStages - 1 && s < mine; ++s) {
       gdn::mbar_expect_tx(bars + 8 * s, kStageA);
       tma_a(s, chunk_at(s));
     }
   }
   gdn::pdl_wait();
   if (tid == 0) {
-    for (int s = 0; s < kStages - 1 && s < chunks; ++s) {
+    for (int s = 0; s < kStages - 1 && s < mine; ++s) {
       gdn::mbar_arrive_expect_tx(bars + 8 * s, kStageB);
       tma_b(s, chunk_at(s));
     }
@@ -1027,22 +1050,31 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
   };
   // kOverlap: chunk 0's tokens now, chunk i + 1's while chunk i's first MMAs run.
   if constexpr (kOverlap) {
-    if (chunks > 0) convert_tokens(0);
+    if (mine > 0) convert_tokens(0);
   }
 
   float acc[32], sum[32];
 #pragma unroll
   for (int e = 0; e < 32; ++e) acc[e] = sum[e] = 0.f;
-  int v = 0, left = per + (0 < extra);  // the decode warp whose chunks are being summed
-  // Decode warp v's finished sums into the total, as w8a8_gemm_kernel's reduction adds them.
+  int v = v0, left = per + (v0 < extra);  // the decode warp whose chunks are being summed
+  // Decode warp v's finished sums into the total, as w8a8_gemm_kernel's reduction adds them; in a
+  // cluster's later CTAs, into slot v - v0 for the exchange (the total starts in the first CTA).
   auto fold_warp = [&]() {
+    if (kCluster > 1 && rank > 0) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        slots[((v - v0) * 8 + j) * kThreads + tid] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+#pragma unroll
+      for (int e = 0; e < 32; ++e) acc[e] = 0.f;
+      return;
+    }
 #pragma unroll
     for (int e = 0; e < 32; ++e) {
       sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
       acc[e] = 0.f;
     }
   };
-  for (int i = 0; i < chunks; ++i) {
+  for (int i = 0; i < mine; ++i) {
     const uint8_t* a = smem + (i % kStages) * kStage;
     if constexpr (!kOverlap) convert_tokens(i);
     uint4 ra[2], rb[2];
@@ -1069,7 +1101,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
     // Every thread is past chunk i - 1's stage: refill it with chunk i + kStages - 1.
-    if (tid == 0 && i + kStages - 1 < chunks) {
+    if (tid == 0 && i + kStages - 1 < mine) {
       const int s = (i + kStages - 1) % kStages;
       gdn::mbar_arrive_expect_tx(bars + 8 * s, kStage);
       tma_a(s, chunk_at(i + kStages - 1));
@@ -1097,7 +1129,7 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
       }
       wgmma_commit();
       if constexpr (kOverlap) {
-        if (s == 1 && i + 1 < chunks) convert_tokens(i + 1);
+        if (s == 1 && i + 1 < mine) convert_tokens(i + 1);
       }
       if (s > 0) {
         wgmma_wait<1>();
@@ -1122,13 +1154,59 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
         }
       }
   }
-  for (; v < kSplit; ++v) fold_warp();
+  if (kCluster == 1 || rank == 0) {
+    for (; v < v1; ++v) fold_warp();
+  } else {
+    for (; v < v1 - 1; ++v) fold_warp();  // acc: the last decode warp's sums
+  }
 
-  // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2.
+  if constexpr (kCluster > 1) {
+    // The exchange: each CTA publishes its running total (the first) or its last decode warp's
+    // sums in the drained stages; CTA `rank` then adds, for the token groups j with j % kCluster ==
+    // rank, the first CTA's total and every later CTA's slots and last sums in decode-warp order,
+    // so the total is the one the decode kernel's reduction forms. The last barrier keeps each
+    // CTA's shared memory until all have read it.
+    __syncthreads();  // both warpgroups are past their last stage
+    float4* fin = reinterpret_cast<float4*>(smem);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      fin[j * kThreads + tid] = rank == 0 ? make_float4(sum[4 * j], sum[4 * j + 1], sum[4 * j + 2], sum[4 * j + 3])
+                                          : make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+    gdn::cluster_sync();
+    const uint32_t slots_s = (uint32_t)__cvta_generic_to_shared(slots);
+    auto add4 = [](float4 a, int4 b) {
+      return make_float4(gdn::add_rn(a.x, __int_as_float(b.x)), gdn::add_rn(a.y, __int_as_float(b.y)),
+                         gdn::add_rn(a.z, __int_as_float(b.z)), gdn::add_rn(a.w, __int_as_float(b.w)));
+    };
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j % kCluster != rank) continue;
+      const uint32_t at = (uint32_t)(j * kThreads + tid) * 16u;
+      const int4 first = gdn::ld_cluster_v4(smem_s + at, 0);
+      float4 tot = make_float4(__int_as_float(first.x), __int_as_float(first.y), __int_as_float(first.z),
+                               __int_as_float(first.w));
+#pragma unroll
+      for (int r = 1; r < kCluster; ++r) {
+#pragma unroll
+        for (int q = 0; q < kSlots; ++q)
+          tot = add4(tot, gdn::ld_cluster_v4(slots_s + (uint32_t)(q * 8 * kThreads) * 16u + at, r));
+        tot = add4(tot, gdn::ld_cluster_v4(smem_s + at, r));
+      }
+      sum[4 * j] = tot.x;
+      sum[4 * j + 1] = tot.y;
+      sum[4 * j + 2] = tot.z;
+      sum[4 * j + 3] = tot.w;
+    }
+    gdn::cluster_sync();
+  }
+
+  // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2;
+  // in a cluster, this CTA's token groups.
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      if (kCluster > 1 && j % kCluster != rank) continue;
       const int n = n0 + row + (r >> 1) * 8;
       const int tok = tok0 + 8 * j + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
@@ -1136,4 +1214,24 @@ w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_
       if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, gdn::ld_dep(sx + tok)), to_float(sw[n]));
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
+}
+
+template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * kWG, 3 - kWG)
+w8a8_wgmma_fp8_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                      const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                      const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                      OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_fp8_gemm<kFmt, kStages, kPacked, kWG, kOverlap, 1>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
+}
+
+// w8a8_wgmma_fp8_kernel with the decode order's 8 warps of chunks split over a cluster of kCluster
+// CTAs a tile (grid z), for tiles too few to fill the GPU: the same bits (the exchange above).
+template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, int kCluster, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * kWG, 3 - kWG) __cluster_dims__(1, 1, kCluster)
+w8a8_wgmma_fp8_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                            const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                            const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                            OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_fp8_gemm<kFmt, kStages, kPacked, kWG, kOverlap, kCluster>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
