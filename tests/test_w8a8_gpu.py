@@ -259,17 +259,18 @@ def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_warpgroup_rows_match_decode_rows(ctx, fmt):
-    """At 64, 100 and 256 rows on a weight wide enough that the shipped schedule is a warpgroup-MMA
-    kernel (checked; fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits
-    equal the decode kernel's for that row (8-row calls), in both layouts, on a ragged N and a K
-    whose 10 chunks do not divide among the decode kernel's 8 warps; the output is within the
-    reference's bound."""
+@pytest.mark.parametrize("n,k,rows_list", [(12300, 1280, (64, 100, 256)), (4200, 2176, (64, 100))])
+def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, rows_list):
+    """At 64-256 rows on a weight wide enough that the shipped schedule is a warpgroup-MMA kernel
+    (checked; fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits equal the
+    decode kernel's for that row (8-row calls), in both layouts, on a ragged N and a K whose 10 or
+    17 chunks do not divide among the decode kernel's 8 warps; on the narrower weight the shipped
+    schedule splits K over a cluster of CTAs (checked); the output is within the reference's
+    bound."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
     rng = np.random.default_rng(13)
-    n, k = 12300, 1280
     hw = HostWeight(rng, fmt, n, k)
     x = random_activations(rng, 256, k, "bfloat16", outliers=True, zero_rows=(5, 200))
     rows_w = hw.w
@@ -277,8 +278,10 @@ def test_warpgroup_rows_match_decode_rows(ctx, fmt):
         packed = hw.w.layout == "tiles16"
         assert _build.gemm_config(_FMT[fmt], 8, n, k, packed).stages == 0
         decode = np.concatenate([run_proj(ctx, hw, x[i:i + 8], "bfloat16")[1] for i in range(0, 256, 8)])
-        for rows in (64, 100, 256):
-            assert _build.gemm_config(_FMT[fmt], rows, n, k, packed).wg, f"{fmt} {rows} rows: not a warpgroup schedule"
+        for rows in rows_list:
+            cfg = _build.gemm_config(_FMT[fmt], rows, n, k, packed)
+            assert cfg.wg, f"{fmt} {rows} rows: not a warpgroup schedule"
+            assert (cfg.split > 1) == (n < 8192), f"{fmt} {rows} rows: split {cfg.split}"
             ok, many = run_proj(ctx, hw, x[:rows], "bfloat16")
             assert ok
             diff = np.argwhere(many.view(np.uint16) != decode[:rows].view(np.uint16))
