@@ -309,7 +309,11 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
     if fp8_wgmma_split(rows, n):
         return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n))
-    return WGMMA_FP8 if rows >= 64 and n >= 12288 and k < 8192 else GemmCfg(1, 2, 0, 1)
+    # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
+    # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
+    # w8a8_fp8_rows64_256_51f803f_h200.md).
+    tiles = -(-n // 128) * -(-rows // 64)
+    return WGMMA_FP8 if rows >= 64 and tiles >= 80 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
 # The cp.async form's stages by token tile and weight layout (shared memory: 128 + wg rows of 128
