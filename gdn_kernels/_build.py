@@ -265,8 +265,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
-    if fp8_wgmma_split(rows, n):
-        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n))
+    if fp8_wgmma_split(rows, n, k):
+        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n, k))
     return WGMMA_FP8 if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
@@ -307,8 +307,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if fmt == FMT_INT8:
         tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
-    if fp8_wgmma_split(rows, n):
-        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n))
+    if fp8_wgmma_split(rows, n, k):
+        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n, k))
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
@@ -376,14 +376,20 @@ WGMMA_FP8 = GemmCfg(stages=4, wg=64, tma=2, f16=2)
 # twice over and N >= FP8_SPLIT_MIN_N: that kernel with the decode order's warps split over
 # clusters of 2 (sweep_w8a8_fp8_split_6fc9987_h200.md, GEMM alone at 64 rows: [5120, 17408] 76-97
 # us against 140-174 unsplit and 103-107 for the row-major decode projection, [5120, 6144] 32-41
-# against 53-67 and 43-44; on [2048, 4096] the decode kernel stays faster).
+# against 53-67 and 43-44; on [2048, 4096] the decode kernel stays faster); with K >= 8192 and at
+# most 80 tiles, clusters of 4 (the same sweep, 128 rows: [5120, 17408] 122-151 us against 140-172
+# unsplit and 152-171 for the decode projections; the whole projection not timed).
 FP8_SPLIT_MIN_N = 4096
 
 
-def fp8_wgmma_split(rows: int, n: int) -> int:
-    """CTAs a tile (2) of the fp8 warpgroup kernel where it runs split, else 0."""
+def fp8_wgmma_split(rows: int, n: int, k: int) -> int:
+    """CTAs a tile (2 or 4) of the fp8 warpgroup kernel where it runs split, else 0."""
     tiles = -(-n // 128) * -(-rows // 64)
-    return 2 if rows >= 64 and n >= FP8_SPLIT_MIN_N and 2 * tiles <= WGMMA_SPLIT_CTAS[2] else 0
+    if rows < 64 or n < FP8_SPLIT_MIN_N:
+        return 0
+    if 2 * tiles <= WGMMA_SPLIT_CTAS[2]:
+        return 2
+    return 4 if k >= 8192 and tiles <= 80 else 0
 
 
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
