@@ -126,7 +126,14 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) 
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// 16 bytes at this CTA's shared address `local` in the shared memory of the cluster's CTA `rank`.
+// 4 bytes at this CTA's shared address `local` in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t ld_cluster(uint32_t local, int rank) {
+  uint32_t remote, x;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(x) : "r"(remote) : "memory");
+  return x;
+}
+// The same for 16 bytes.
 __device__ __forceinline__ int4 ld_cluster_v4(uint32_t local, int rank) {
   uint32_t remote;
   int4 v;

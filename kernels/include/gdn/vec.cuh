@@ -1,5 +1,6 @@
 // Vector helpers: 16-byte packs of bf16/fp16, conversions to fp32, block reductions.
 #pragma once
+#include "gdn/ptx.cuh"
 #include "gdn/types.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -71,17 +72,12 @@ __device__ __forceinline__ uint32_t block_max_bits(uint32_t v, uint32_t* red) {
 template <int kCluster>
 __device__ __forceinline__ uint32_t cluster_max_bits(uint32_t v, uint32_t* slot) {
   if (threadIdx.x == 0) *slot = v;
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cluster_sync();
   const uint32_t local = (uint32_t)__cvta_generic_to_shared(slot);
   uint32_t m = 0u;
 #pragma unroll
-  for (int r = 0; r < kCluster; ++r) {
-    uint32_t remote, x;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(r));
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(x) : "r"(remote) : "memory");
-    m = max(m, x);
-  }
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  for (int r = 0; r < kCluster; ++r) m = max(m, ld_cluster(local, r));
+  cluster_sync();
   return m;
 }
 
