@@ -265,8 +265,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
-    if fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n, k))
+    if split := fp8_wgmma_split(rows, n, k):
+        return dataclasses.replace(WGMMA_FP8, split=split)
     return WGMMA_FP8 if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
@@ -307,8 +307,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if fmt == FMT_INT8:
         tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
-    if fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=fp8_wgmma_split(rows, n, k))
+    if split := fp8_wgmma_split(rows, n, k):
+        return dataclasses.replace(WGMMA_FP8, split=split)
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
@@ -360,8 +360,9 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
     ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
-    wg = 128 if rows > 64 and ctas[128] * wgmma_split(ctas[128], k) >= 64 else 64
-    return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2, split=wgmma_split(ctas[wg], k))
+    split = {wg: wgmma_split(c, k) for wg, c in ctas.items()}
+    wg = 128 if rows > 64 and ctas[128] * split[128] >= 64 else 64
+    return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2, split=split[wg])
 
 
 # fp8 at many rows: the f16 warpgroup kernel, two warpgroups (128 weight rows) and 64 tokens a CTA,

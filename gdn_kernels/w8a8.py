@@ -240,17 +240,21 @@ class W8a8Ctx:
         :meth:`supports` is true. ``out`` is a raw pointer to [rows, N] of ``dtype`` at row
         stride ``ldc``; ``stream`` a raw handle.
         """
-        tiles = _build.gemm_tiles(rows)
         key = (w.format, rows, w.n, w.k, dtype, w.scale_dtype, w.layout)
         entry = self._gemm_by_shape.get(key)
         if entry is None:
-            # The schedule depends on the shape, row count and layout alone: chosen once, then
-            # looked up.
+            # The schedule, its grid and the workspace's tensor map depend on the shape, row count
+            # and layout alone: found once, then looked up.
+            tiles = _build.gemm_tiles(rows)
             cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
-            entry = self._gemm_by_shape[key] = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
-        gemm, cfg = entry
-        gemm.launch_dependent(cfg.grid(rows, w.n, tiles), cfg.threads, stream, *self.tma_maps(w, cfg),
-                              w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc, w.n, w.k, rows)
+            gemm, cfg = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
+            xmap = self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg) if cfg.tma else None
+            entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles), cfg.threads, xmap)
+        gemm, cfg, grid, threads, xmap = entry
+        # The weight's tensor map depends on its address too: looked up by it.
+        maps = (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile), xmap) if xmap else ()
+        gemm.launch_dependent(grid, threads, stream, *maps, w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc,
+                              w.n, w.k, rows)
 
     def tma_maps(self, w: W8a8Weight, cfg) -> tuple[bytes, ...]:
         """The tensor maps a schedule's kernel takes before its other arguments (weight, then
