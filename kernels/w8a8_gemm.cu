@@ -676,8 +676,9 @@ __device__ __forceinline__ void tma_weight_chunk(uint32_t dst, const gdn::Tensor
 // cp.async; 2 both by tensor copies (xmap: the workspace as [rows, K]).  kSplit: CTAs a tile (a
 // cluster along z, blockIdx.z its rank), each multiplying a contiguous 1/kSplit of the chunks;
 // their int32 sums are added through distributed shared memory, exactly, so the bits do not
-// depend on it.  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.  xq: int8 activations [rows, K].
-// sx: per-token scales.  out: [rows, N] at row stride ldc.  K: a multiple of 128.
+// depend on it.  OutT: bf16 or fp16.  SwT: the per-channel weight scales' type.  w: int8 weight.
+// xq: int8 activations [rows, K].  sx: per-token scales.  out: [rows, N] at row stride ldc.
+// K: a multiple of 128.
 template <int kStages, int kBN, int kPacked, int kTma, int kSplit, typename OutT, typename SwT>
 __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn::TensorMap* xmap,
                                            const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
@@ -816,7 +817,8 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
     __syncthreads();  // both warpgroups' MMAs have read their last stage
     int4* red = reinterpret_cast<int4*>(smem);
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) red[j * 256 + threadIdx.x] = make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+    for (int j = 0; j < kBN / 8; ++j)
+      red[j * 256 + threadIdx.x] = make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
     gdn::cluster_sync();
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
@@ -981,7 +983,9 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   const int mine = kCluster > 1 ? v1 * per + min(v1, extra) - i0 : chunks;
   auto chunk_at = [&](int i) { return decode_order_chunk(i0 + i, chunks); };
   auto tma_a = [&](int s, int c) { tma_weight_chunk<kPacked>(smem_s + s * kStage, &wmap, bars + 8 * s, n0, c); };
-  auto tma_b = [&](int s, int c) { gdn::tma_load_2d(smem_s + s * kStage + kStageA, &xmap, bars + 8 * s, c * 128, tok0); };
+  auto tma_b = [&](int s, int c) {
+    gdn::tma_load_2d(smem_s + s * kStage + kStageA, &xmap, bars + 8 * s, c * 128, tok0);
+  };
 
   if (tid == 0) {
 #pragma unroll
@@ -1063,7 +1067,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     if (kCluster > 1 && rank > 0) {
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        slots[((v - v0) * 8 + j) * kThreads + tid] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        slots[((v - v0) * 8 + j) * kThreads + tid] =
+            make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
 #pragma unroll
       for (int e = 0; e < 32; ++e) acc[e] = 0.f;
       return;
@@ -1096,7 +1101,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int q = 0; q < 2; ++q) scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)i_tok[j][q] * chunks + c), s_w);
+        for (int q = 0; q < 2; ++q)
+          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)i_tok[j][q] * chunks + c), s_w);
     }
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
