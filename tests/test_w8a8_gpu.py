@@ -237,6 +237,71 @@ def test_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
     np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
 
 
+def boundary_rows(fmt: str, dtype: str, k: int) -> np.ndarray:
+    """Rows of every finite value up to a maximum, 127 a 128-group after the maximum itself (so
+    each group, and the row, has that maximum): maxima that make the scale a power of two (every
+    quotient exact, so every tie of the code occurs), a random one and a tiny one."""
+    kmax = 127.0 if fmt == "int8" else 448.0
+    npd = NP_DTYPE[dtype]
+    finite = np.arange(1 << 16, dtype=np.uint16).view(npd)
+    finite = finite[np.isfinite(finite.astype(np.float32))]
+    top = float(np.finfo(np.float16).max) if dtype == "float16" else 3e38
+    rows = []
+    for amax in (kmax, kmax * 2.0 ** -6, min(kmax * 2.0 ** 8, top), 3.71, 2.0 ** -14 * 1.3):
+        amax = npd(amax)
+        v = finite[np.abs(finite.astype(np.float32)) <= np.float32(amax)]
+        groups = -(-v.size // 127)
+        body = np.zeros(groups * 127, npd)
+        body[: v.size] = v
+        g = np.concatenate([np.full((groups, 1), amax, npd), body.reshape(groups, 127)], axis=1).ravel()
+        per_row = k // 128
+        g = np.concatenate([g, np.tile(np.full(128, amax, npd), -(-groups // per_row) * per_row - groups)])
+        rows.append(g.reshape(-1, k))
+    return np.concatenate(rows)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_quantizers_at_rounding_boundaries(ctx, fmt, dtype):
+    """The quantizers divide only where the product by the reciprocal cannot decide a code
+    (gdn::int8_code, e4m3_code): every value of a row up to its maximum, with scales whose
+    quotients tie, gives the references' bytes and scales, through the per-row cluster kernels
+    (fewer than 64 rows) and the one-CTA-a-row kernel (64 and more, int8)."""
+    import cupy
+
+    rng = np.random.default_rng(11)
+    x = boundary_rows(fmt, dtype, 17408)
+    hw = HostWeight(rng, fmt, 16, 17408)
+    for rows in (x.shape[0], 64 * -(-x.shape[0] // 64)):
+        xr = np.resize(x, (rows, x.shape[1]))
+        x_buf, x_ptr = to_device_2d(xr, xr.shape[1])
+        q, s = ctx.quantize_activations(hw.w, x_ptr, xr.shape[1], rows, dtype=dtype)
+        cupy.cuda.runtime.deviceSynchronize()
+        qx, sx, _, _ = expected(hw, xr, dtype)
+        np.testing.assert_array_equal(q.get().view(np.uint8), np.asarray(qx).view(np.uint8))
+        np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
+
+
+def test_int8_rows_quantizer_beyond_its_registers():
+    """The one-CTA-a-row int8 quantizer keeps 24576 values a row in registers and reads the rest
+    twice: a row of 32768 values gives the reference's bytes and scale."""
+    import cupy
+
+    from gdn_kernels import W8a8Ctx
+
+    big = W8a8Ctx(max_rows=64, max_k=32768)
+    rng = np.random.default_rng(12)
+    hw = HostWeight(rng, "int8", 16, 32768)
+    x = random_activations(rng, 64, 32768, "bfloat16", outliers=True, zero_rows=(5,))
+    x[3, -1] = 500.0  # the row's maximum in the part read twice
+    x_buf, x_ptr = to_device_2d(x, 32768)
+    q, s = big.quantize_activations(hw.w, x_ptr, 32768, 64, dtype="bfloat16")
+    cupy.cuda.runtime.deviceSynchronize()
+    qx, sx, _, _ = expected(hw, x, "bfloat16")
+    np.testing.assert_array_equal(q.get().view(np.uint8), np.asarray(qx).view(np.uint8))
+    np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
+
+
 # bf16 weight scales exist for block-scaled fp8 only.
 @pytest.mark.parametrize("fmt, scale_dtype", [(f, "float32") for f in FORMATS] + [("fp8_block", "bfloat16")])
 def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
