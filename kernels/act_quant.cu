@@ -15,7 +15,7 @@ namespace {
 // Eight values quantized with a nonzero scale, packed in 8 bytes: int8 rne(v / s) clamped to
 // +-127 (kInt8), or e4m3_rn(v / s) saturating at +-448.
 template <bool kInt8>
-__device__ __forceinline__ uint2 quant8_div(const float (&f)[8], float scale) {
+__device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
   uint32_t packed[2] = {0u, 0u};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -30,28 +30,16 @@ __device__ __forceinline__ uint2 quant8_div(const float (&f)[8], float scale) {
   return make_uint2(packed[0], packed[1]);
 }
 
-// The same bytes from inv = div_rn(1, scale): by multiplication (gdn::int8_code, e4m3_code),
-// dividing only the rare eight values where the product cannot decide a code. Each division is a
-// separate branch region of a dozen instructions that ptxas does not interleave with the next.
-template <bool kInt8>
-__device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale, float inv) {
-  uint32_t packed[2] = {0u, 0u};
-  bool exact = true;
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    packed[i >> 2] |= (kInt8 ? gdn::int8_code(f[i], inv, exact) : gdn::e4m3_code(f[i], inv, exact)) << ((i & 3) * 8);
-  return exact ? make_uint2(packed[0], packed[1]) : quant8_div<kInt8>(f, scale);
-}
-
 // One token row quantized with one scale: s = amax / 127 (kInt8) or amax / 448; an all-zero row
 // gives s = 0 and zeros. A cluster of kCluster CTAs a row (blockIdx.x its rank, blockIdx.y the
 // row), each a contiguous slice of whole 8-value groups, 8 values a thread an iteration. The row's
-// amax is exchanged through distributed shared memory, so the quantizing work of a long row is
+// amax is exchanged through distributed shared memory, so the division work of a long row is
 // spread over kCluster multiprocessors; the first kKeep iterations stay in registers between the
 // amax pass and the quantizing pass.
-template <bool kInt8, typename T, int kThreads, int kCluster, int kKeep>
+template <bool kInt8, typename T, int kThreads, int kCluster>
 __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __restrict__ q,
                                           float* __restrict__ s, int K, long long ldx) {
+  constexpr int kKeep = 2;
   __shared__ uint32_t red[kThreads / 32];
   __shared__ uint32_t slot;
   const long long row = blockIdx.y;
@@ -83,49 +71,26 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
   if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
   const bool zero = __float_as_uint(scale) == 0u;
-  const float inv = gdn::div_rn(1.f, scale);
 #pragma unroll
   for (int i = 0; i < kKeep; ++i) {
     const int o = o0 + i * kThreads + threadIdx.x;
     if (o < o1) {
       float f[8];
       gdn::unpack8<T>(keep[i], f);
-      reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale, inv);
+      reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
     }
   }
   for (int o = o0 + kKeep * kThreads + threadIdx.x; o < o1; o += kThreads) {
     float f[8];
     gdn::unpack8<T>(__ldg(reinterpret_cast<const uint4*>(p_x) + o), f);
-    reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale, inv);
+    reinterpret_cast<uint2*>(p_q)[o] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
   }
-}
-
-// Four values (f[0..3]) as e4m3_rn(v / s) in 4 bytes, value i in byte i; zeros where s == 0.
-__device__ __forceinline__ uint32_t quant4_e4m3(const float* f, float scale) {
-  if (__float_as_uint(scale) == 0u) return 0u;
-  const float inv = gdn::div_rn(1.f, scale);
-  uint32_t packed = 0u;
-  bool exact = true;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) packed |= gdn::e4m3_code(f[i], inv, exact) << (i * 8);
-  if (!exact) {
-    packed = 0u;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << (i * 8);
-  }
-  return packed;
 }
 
 }  // namespace
 
 // Row quantizers run as clusters of this many CTAs a token row.
 #define GDN_QUANT_CLUSTER 8
-// Iterations a thread keeps in registers: with 256 threads a CTA (_build.QUANT_THREADS), rows of
-// up to 32768 values are read once.
-#define GDN_QUANT_KEEP 2
-// The same for the one-CTA-a-row kernel: with 512 threads (_build.ROWS_QUANT_THREADS), up to
-// 24576 values; the loads of a row are all requested before its maximum is reduced.
-#define GDN_QUANT_ROWS_KEEP 6
 
 // int8 per token: s = amax / 127; q = rne(x / s) clamped to +-127; an all-zero row gives s = 0
 // and zeros.
@@ -139,7 +104,7 @@ act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
   gdn::pdl_chain();
-  quant_row<true, T, kThreads, GDN_QUANT_CLUSTER, GDN_QUANT_KEEP>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+  quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
 // e4m3 per token: s = amax(row) / 448; q = e4m3_rn(x / s); as act_quant_int8_kernel otherwise.
@@ -152,7 +117,7 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
   gdn::pdl_chain();
-  quant_row<false, T, kThreads, GDN_QUANT_CLUSTER, GDN_QUANT_KEEP>(x, q, s, K, ldx);
+  quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
 // act_quant_int8_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
@@ -163,7 +128,7 @@ __global__ void __launch_bounds__(kThreads)
 act_quant_int8_rows_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s, int K,
                            long long ldx) {
   gdn::pdl_chain();  // as act_quant_int8_kernel
-  quant_row<true, T, kThreads, 1, GDN_QUANT_ROWS_KEEP>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+  quant_row<true, T, kThreads, 1>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at
@@ -192,7 +157,12 @@ act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
   amax = gdn::warp_max_bits(amax);
   const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
   if (lane == 0) s[row * groups + grp] = scale;
-  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = quant4_e4m3(f, scale);
+  uint32_t packed = 0u;
+  if (__float_as_uint(scale) != 0u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << (i * 8);
+  }
+  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
 }
 
 // ---- SiLU-and-multiply fused into the quantization of a dense FFN's down-projection input ----
@@ -243,12 +213,11 @@ __device__ __forceinline__ void silu_mul_quant_row(const T* __restrict__ gu, uin
   amax = gdn::block_max_bits<kThreads>(amax, red);
   const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
   if (threadIdx.x == 0) s[row] = scale;
-  const float inv = gdn::div_rn(1.f, scale);
   for (int k = threadIdx.x * 8; k < K; k += kThreads * 8) {
     float h[8];
     silu_mul8<T>(p_g + k, p_u + k, h);
     *reinterpret_cast<uint2*>(p_q + k) =
-        __float_as_uint(scale) == 0u ? make_uint2(0u, 0u) : quant8<kInt8>(h, scale, inv);
+        __float_as_uint(scale) == 0u ? make_uint2(0u, 0u) : quant8<kInt8>(h, scale);
   }
 }
 
@@ -313,5 +282,10 @@ act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restric
   amax = gdn::warp_max_bits(amax);
   const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
   if (lane == 0) s[row * groups + grp] = scale;
-  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = quant4_e4m3(h, scale);
+  uint32_t packed = 0u;
+  if (__float_as_uint(scale) != 0u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(h[i], scale)) << (i * 8);
+  }
+  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
 }

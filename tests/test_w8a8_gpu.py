@@ -263,10 +263,10 @@ def boundary_rows(fmt: str, dtype: str, k: int) -> np.ndarray:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_quantizers_at_rounding_boundaries(ctx, fmt, dtype):
-    """The quantizers divide only where the product by the reciprocal cannot decide a code
-    (gdn::int8_code, e4m3_code): every value of a row up to its maximum, with scales whose
-    quotients tie, gives the references' bytes and scales, through the per-row cluster kernels
-    (fewer than 64 rows) and the one-CTA-a-row kernel (64 and more, int8)."""
+    """Every value of a row up to its maximum, with scales whose quotients tie (rint's and
+    e4m3's round-half-even cases), gives the references' bytes and scales, through the cluster
+    kernels (per token, fewer than 64 rows), the one-CTA-a-row kernels (per token, 64 and more) and
+    the grouped kernel."""
     import cupy
 
     rng = np.random.default_rng(11)
@@ -280,26 +280,6 @@ def test_quantizers_at_rounding_boundaries(ctx, fmt, dtype):
         qx, sx, _, _ = expected(hw, xr, dtype)
         np.testing.assert_array_equal(q.get().view(np.uint8), np.asarray(qx).view(np.uint8))
         np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
-
-
-def test_int8_rows_quantizer_beyond_its_registers():
-    """The one-CTA-a-row int8 quantizer keeps 24576 values a row in registers and reads the rest
-    twice: a row of 32768 values gives the reference's bytes and scale."""
-    import cupy
-
-    from gdn_kernels import W8a8Ctx
-
-    big = W8a8Ctx(max_rows=64, max_k=32768)
-    rng = np.random.default_rng(12)
-    hw = HostWeight(rng, "int8", 16, 32768)
-    x = random_activations(rng, 64, 32768, "bfloat16", outliers=True, zero_rows=(5,))
-    x[3, -1] = 500.0  # the row's maximum in the part read twice
-    x_buf, x_ptr = to_device_2d(x, 32768)
-    q, s = big.quantize_activations(hw.w, x_ptr, 32768, 64, dtype="bfloat16")
-    cupy.cuda.runtime.deviceSynchronize()
-    qx, sx, _, _ = expected(hw, x, "bfloat16")
-    np.testing.assert_array_equal(q.get().view(np.uint8), np.asarray(qx).view(np.uint8))
-    np.testing.assert_array_equal(s.get().view(np.uint32), np.asarray(sx, np.float32).view(np.uint32))
 
 
 # bf16 weight scales exist for block-scaled fp8 only.

@@ -39,13 +39,6 @@ __device__ __forceinline__ float add_rn(float a, float b) {
   return r;
 }
 
-// v rounded to the nearest integer, ties to even (an fp32 result), subnormals kept.
-__device__ __forceinline__ float rint_rn(float v) {
-  float r;
-  asm("cvt.rni.f32.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-}
-
 // |v| as ordered bits: for non-negative floats the unsigned order of the bits is the numeric
 // order, so amax reductions run on integers and never flush subnormals.
 __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
@@ -53,37 +46,6 @@ __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v
 // fp32 -> e4m3 (fn), round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint8_t e4m3_rn(float v) {
   return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-// fp32 pair -> e4m3 (fn) pair, as e4m3_rn: a in bits 8..15, b in bits 0..7.
-__device__ __forceinline__ uint32_t e4m3x2_rn(float a, float b) {
-  unsigned short r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-// The quantizers' codes of v / s without the division. y = v * inv, where inv = div_rn(1, s) is
-// finite and normal, is within 3 2^-24 |y| (or a subnormal's ulp) of the quotient fl(v / s) the
-// references round (the roundings of inv, of the product and of the quotient). Where y is
-// finite, small (below 512, or 65536 for e4m3) and not close to a rounding boundary of the code
-// (within 2^-12 of an integer's half; for e4m3, where the codes of y (1 - 2^-16) and
-// y (1 + 2^-16) differ: the code is monotonic), the quotient has the same code; else exact is
-// cleared and the caller divides: for a few values in 10^4 of random rows, for the ties of a
-// scale that makes the quotients exact, and for every value of a row whose scale is subnormal
-// (inv overflows) or not finite. tests/test_quant_arith.py checks it for every bf16 and fp16
-// value under a range of scales.
-__device__ __forceinline__ uint32_t int8_code(float v, float inv, bool& exact) {
-  const float y = mul_rn(v, inv);
-  const float n = rint_rn(y);
-  exact &= fabsf(add_rn(y, -n)) < 0.5f - 0x1p-12f && fabsf(y) < 512.f;
-  return (uint32_t)(max(-127, min(127, (int)n)) & 0xff);
-}
-
-__device__ __forceinline__ uint32_t e4m3_code(float v, float inv, bool& exact) {
-  const float y = mul_rn(v, inv);
-  const uint32_t two = e4m3x2_rn(mul_rn(y, 1.f - 0x1p-16f), mul_rn(y, 1.f + 0x1p-16f));
-  exact &= (two >> 8) == (two & 0xffu) && fabsf(y) < 65536.f;
-  return two & 0xffu;
 }
 
 }  // namespace gdn
