@@ -532,8 +532,8 @@ def _sweep_instances() -> tuple[str, ...]:
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
-QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows")
-# int8 per token runs as one CTA a row (the "_rows" kernel) from this many rows.
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows", "fp8_row_rows")
+# The per-token kinds run as one CTA a row (the "_rows" kernels) from this many rows.
 QUANT_ROWS_MIN = 64
 ROWS_QUANT_THREADS = 512
 SILU_QUANT_KINDS = ("silu_mul_int8", "silu_mul_fp8_group", "silu_mul_fp8_row")

@@ -27,11 +27,11 @@ _QUANT_KIND = {
     WeightFormat.FP8_CHANNEL: "fp8_row",
     WeightFormat.FP8_BLOCK: "fp8_group",
 }
-# The int8 per-token quantizer from _build.QUANT_ROWS_MIN rows: one CTA a row. (Its fp8 per-channel
-# twin was withdrawn after the back-to-back test on a stream gave other bits than the same calls
-# alone at d7b7779; the likely cause, GEMMs reading their activations before the PDL wait, was
-# found and fixed later (51f803f), and the twin has not been run again. bench/NOTES.md W8A8 v6, v8.)
-_QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows"}
+# The per-token quantizers from _build.QUANT_ROWS_MIN rows: one CTA a row. (The fp8 per-channel
+# one was withdrawn once, after the back-to-back test on a stream gave other bits than the same
+# calls alone at d7b7779; the cause, GEMMs reading their activations before the PDL wait, was found
+# and fixed at 51f803f. bench/NOTES.md W8A8 v6, v8, v10.)
+_QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows", WeightFormat.FP8_CHANNEL: "fp8_row_rows"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
 

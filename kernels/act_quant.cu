@@ -131,6 +131,16 @@ act_quant_int8_rows_kernel(const T* __restrict__ x, int8_t* __restrict__ q, floa
   quant_row<true, T, kThreads, 1>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
+// act_quant_fp8_row_kernel for many rows, as act_quant_int8_rows_kernel: one CTA a row, the same
+// bytes and scales. Grid: (1, rows).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_fp8_row_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
+                              long long ldx) {
+  gdn::pdl_chain();  // as act_quant_int8_kernel
+  quant_row<false, T, kThreads, 1>(x, q, s, K, ldx);
+}
+
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at
 // +-448; an all-zero group gives s = 0 and zeros. One warp a group, 4 elements a lane.
 // x: [rows, K] at row stride ldx; q: [rows, K] e4m3 bytes; s: [rows, K / 128] fp32.
