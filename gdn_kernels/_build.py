@@ -351,14 +351,23 @@ def wgmma_split(ctas: int, k: int) -> int:
                default=1)
 
 
+# 256 tokens a CTA beyond 128 rows on tile-major weights where those CTAs number WG256_CTAS: one
+# wave of at least 96 (sweep_w8a8_wg256_6fc9987_h200.md, GEMM alone at 256 rows: [16384, 5120]
+# 46.0 us against 50.9 for 128 tokens, [12288, 2048] 22.4 against 26.1; slower on fewer CTAs, on
+# [34816, 5120]'s 2.1 waves, and on row-major [16384, 5120]).
+WG256_CTAS = (96, 132)
+
+
 def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     """int8: the warpgroup-MMA schedule of this row count, weight shape and layout (128 tokens a
-    CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64; both operands by
-    tensor copies; K split over a cluster where the tiles are few), or None where the decode
-    kernels run."""
+    CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64; 256 beyond 128 rows
+    on tile-major weights where that fills one wave (WG256_CTAS); both operands by tensor copies;
+    K split over a cluster where the tiles are few), or None where the decode kernels run."""
     tiles_n = -(-n // 128)
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
+    if packed and rows > 128 and WG256_CTAS[0] <= -(-rows // 256) * tiles_n <= WG256_CTAS[1]:
+        return GemmCfg(stages=WGMMA_TMA_STAGES[256], wg=256, packed=1, tma=2)
     ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
     split = {wg: wgmma_split(c, k) for wg, c in ctas.items()}
     wg = 128 if rows > 64 and ctas[128] * split[128] >= 64 else 64
