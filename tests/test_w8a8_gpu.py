@@ -410,6 +410,35 @@ def test_stacked_weight_equals_separate_projections(ctx):
             col += p.n
 
 
+@pytest.mark.parametrize("layout", ["rows", "tiles16"])
+def test_tensor_copy_fallbacks_give_the_same_bits(ctx, layout, monkeypatch):
+    """Where the driver cannot describe tensor maps (no cuTensorMapEncodeTiled or
+    cuFuncGetParamInfo), each tensor-copy schedule runs its fallback (_build.wgmma_fallback: int8's
+    cp.async twin, unsplit; fp8's tiled kernel): the same output bits as the shipped schedules,
+    here int8 with 64, 128 and 256 tokens a CTA and split over a cluster, fp8's warpgroup kernel
+    unsplit and split."""
+    from gdn_kernels import W8a8Ctx, _build, _tma
+    from gdn_kernels.w8a8 import _FMT
+
+    def missing():
+        raise AttributeError("cuTensorMapEncodeTiled")
+
+    monkeypatch.setattr(_tma, "check_driver", missing)
+    fallback = W8a8Ctx(max_rows=256, max_k=2048)
+    rng = np.random.default_rng(21)
+    for fmt in FORMATS:
+        for n, k in ((12288, 2048), (5120, 2048)):
+            hw = HostWeight(rng, fmt, n, k, layout=layout)
+            for rows in (64, 200):
+                assert _build.gemm_config(_FMT[hw.w.format], rows, n, k, layout == "tiles16").tma
+                x = random_activations(rng, rows, k, "bfloat16", outliers=True)
+                _, want = run_proj(ctx, hw, x, "bfloat16")
+                _, got = run_proj(fallback, hw, x, "bfloat16")
+                key = (hw.w.format, rows, n, k, "bfloat16", hw.w.scale_dtype, hw.w.layout)
+                assert not fallback._gemm_by_shape[key][1].tma and ctx._gemm_by_shape[key][1].tma
+                assert (got.view(np.uint16) == want.view(np.uint16)).all(), (fmt, n, k, rows)
+
+
 def test_arrays_of_cupy_accepted(ctx):
     import cupy
 
