@@ -421,9 +421,7 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                # K split over a cluster of 2-4 CTAs a tile.
                *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)),
                # 256 tokens a CTA (shared memory allows 4 stages), unsplit or in clusters of 2.
-               GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2),
-               # Two CTAs a multiprocessor (under 113 KB of stages each), unsplit or in clusters of 2.
-               *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 4), (128, 3)) for sp in (1, 2)))
+               GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
