@@ -132,7 +132,9 @@ class GemmCfg:
     > 1 (``tma`` 2): K split over a cluster of that many CTAs a tile: for int8
     w8a8_wgmma_split_kernel, each CTA a contiguous share of K, the exact int32 sums added through
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
-    warps of chunks, their sums added in the decode kernel's order. No
+    warps of chunks, their sums added in the decode kernel's order. ``ws`` 1 (int8, ``tma`` 2,
+    unsplit; sweep only): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
+    release barriers in place of the block barrier. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -150,12 +152,13 @@ class GemmCfg:
     f16: int = 0
     overlap: int = 0
     split: int = 1
+    ws: int = 0
 
     @property
     def threads(self) -> int:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
-        return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS
+        return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * self.ws
 
     @property
     def rows_tile(self) -> int:
@@ -172,7 +175,7 @@ class GemmCfg:
             # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
             # cluster, 16-byte aligned slots for all but one of a CTA's decode warps' sums (32
             # floats a thread each).
-            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages if self.tma else 0)
+            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
                     + (2 * self.wg * 256 if self.f16 else 0))
             if self.f16 and self.split > 1:
                 size += -(8 * self.stages) % 16 + (GEMM_WARPS // self.split - 1) * 128 * self.threads
@@ -207,6 +210,10 @@ class GemmCfg:
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
+            if self.ws:
+                if self.tma != 2 or self.split != 1:
+                    raise ValueError("the producer-warp warpgroup-MMA kernel takes both operands by tensor copies, unsplit")
+                return f"w8a8_wgmma_ws_kernel<{self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
             if self.split > 1:
                 if self.tma != 2:
                     raise ValueError("the split warpgroup-MMA kernel takes both operands by tensor copies")
@@ -421,7 +428,10 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                # K split over a cluster of 2-4 CTAs a tile.
                *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)),
                # 256 tokens a CTA (shared memory allows 4 stages), unsplit or in clusters of 2.
-               GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2))
+               GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2),
+               # A producer warp issuing the copies, per-stage release barriers (no block barrier).
+               GemmCfg(stages=8, wg=64, tma=2, ws=1), GemmCfg(stages=6, wg=128, tma=2, ws=1),
+               GemmCfg(stages=4, wg=256, tma=2, ws=1))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:

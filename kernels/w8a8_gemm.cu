@@ -667,6 +667,45 @@ __device__ __forceinline__ void tma_weight_chunk(uint32_t dst, const gdn::Tensor
 
 }  // namespace
 
+// The four k32 MMAs of one 128-byte chunk of K in the stage at shared address st (its 128 weight
+// rows, then its kBN tokens), committed as one group: warpgroup wg's 64 weight rows by the tokens.
+// kHalves: the weight landed as two blocks of 64-byte rows (a tile-major weight by tensor copies),
+// k32 step s in half s / 2, 32 bytes into its rows; else as 128-byte rows.
+template <int kBN, bool kHalves>
+__device__ __forceinline__ void wgmma_chunk(int (&d)[kBN / 2], uint32_t st, int wg) {
+  constexpr int kStageA = 128 * 128;
+  const uint32_t a = st + wg * 64 * 128, b = st + kStageA, a_half = st + wg * 64 * 64;
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint64_t da = kHalves ? wgmma_desc64(a_half + (s >> 1) * (kStageA / 2) + 32 * (s & 1)) : wgmma_desc(a + 32 * s);
+    Wgmma<kBN>::mma(d, da, wgmma_desc(b + 32 * s), 1);
+  }
+  wgmma_commit();
+}
+
+// Epilogue of the int8 warpgroup kernels (w8a8_gemm_kernel's for int8): warpgroup wg's sums d of
+// weight rows n0 + 64 wg.. (64) and tokens tok0.. (kBN) scaled and stored; with a K split, only the token
+// groups j with j % kSplit == split (this CTA's share of the tile).
+template <int kBN, int kSplit, typename OutT, typename SwT>
+__device__ __forceinline__ void wgmma_epilogue(const int (&d)[kBN / 2], const SwT* __restrict__ sw,
+                                               const float* __restrict__ sx, OutT* __restrict__ out, long long ldc,
+                                               int N, int rows, int n0, int wg, int tok0, int split) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (kSplit > 1 && j % kSplit != split) continue;
+      const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
+      const int tok = tok0 + j * 8 + 2 * t + (r & 1);
+      if (n >= N || tok >= rows) continue;
+      const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
+      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+    }
+}
+
 // The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
 // a CTA (64, 128 or 256).  kPacked: the weight in the tile-major layout (W8a8Weight.tile_major) or
 // row-major.  kTma: 0 both operands copied by cp.async; 1 the weight by tensor copies of wmap (a
@@ -794,18 +833,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
       }
     }
     if constexpr (kTma < 2) gdn::cp_async_commit();
-    const uint32_t a = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 128;
-    const uint32_t b = smem_s + (i % kStages) * (kStageA + kStageB) + kStageA;
-    const uint32_t a_half = smem_s + (i % kStages) * (kStageA + kStageB) + wg * 64 * 64;
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      // A tile-major weight by tensor copies: k32 step s in half s / 2, 32 bytes into its rows.
-      const uint64_t da = kPacked && kTma ? wgmma_desc64(a_half + (s >> 1) * (kStageA / 2) + 32 * (s & 1))
-                                          : wgmma_desc(a + 32 * s);
-      Wgmma<kBN>::mma(d, da, wgmma_desc(b + 32 * s), 1);
-    }
-    wgmma_commit();
+    wgmma_chunk<kBN, kPacked && kTma>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
     wgmma_wait<1>();
   }
   wgmma_wait<0>();
@@ -840,20 +868,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
     gdn::cluster_sync();
   }
 
-  // Epilogue (w8a8_gemm_kernel's for int8); with a split, this CTA's groups of the tile.
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (kSplit > 1 && j % kSplit != split) continue;
-      const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
-      const int tok = tok0 + j * 8 + 2 * t + (r & 1);
-      if (n >= N || tok >= rows) continue;
-      const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
-      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-    }
+  wgmma_epilogue<kBN, kSplit>(d, sw, sx, out, ldc, N, rows, n0, wg, tok0, split);
 }
 
 // Both operands by cp.async (kernel arguments as the other W8A8 GEMMs).
@@ -886,6 +901,78 @@ w8a8_wgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
                         const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                         OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   wgmma_gemm<kStages, kBN, kPacked, kTma, kSplit>(&wmap, &xmap, w, sw, xq, sx, out, ldc, N, K, rows);
+}
+
+// w8a8_wgmma_tma_kernel (both operands by tensor copies, unsplit) with a producer warp: warp 8 issues
+// every tensor copy, a stage's only once both warpgroups have released it (an "empty" barrier a
+// stage, each warpgroup arriving once the MMAs that read it are done), so the warpgroups never wait
+// for each other at a block barrier and all kStages stages can be in flight. The same MMAs on the
+// same operands in the same order: the same bits. 288 threads.
+template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(288, 1)
+w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                     const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                     const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                     OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kStages >= 2 && (kBN == 64 || kBN == 128 || kBN == 256), "wgmma schedule");
+  gdn::pdl_launch_dependents();
+  constexpr int kStageA = 128 * 128, kStageB = kBN * 128;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  const uint32_t smem_s = (raw + 1023) & ~1023u;
+  // After the stages: full[s] (a stage's copies have landed), then empty[s] (both warpgroups are
+  // done with it).
+  const uint32_t full = smem_s + kStages * (kStageA + kStageB), empty = full + 8 * kStages;
+  const int n0 = blockIdx.y * 128, tok0 = blockIdx.x * kBN, chunks = K >> 7;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      gdn::mbar_init(full + 8 * s, 1);
+      gdn::mbar_init(empty + 8 * s, 2);
+    }
+    gdn::mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x >= 256) {
+    // One lane copies: the first stages' weight before the quantizer wait, their tokens after it,
+    // then each chunk into the stage the chunk kStages before it has left.
+    if (threadIdx.x == 256) {
+      const int first = min(kStages, chunks);
+      for (int c = 0; c < first; ++c) {
+        gdn::mbar_arrive_expect_tx(full + 8 * c, kStageA + kStageB);
+        tma_weight_chunk<kPacked>(smem_s + c * (kStageA + kStageB), &wmap, full + 8 * c, n0, c);
+      }
+      gdn::pdl_wait();
+      for (int c = 0; c < first; ++c)
+        gdn::tma_load_2d(smem_s + c * (kStageA + kStageB) + kStageA, &xmap, full + 8 * c, c * 128, tok0);
+      for (int c = kStages; c < chunks; ++c) {
+        const int s = c % kStages;
+        const uint32_t st = smem_s + s * (kStageA + kStageB);
+        gdn::mbar_wait(empty + 8 * s, (c / kStages - 1) & 1);
+        gdn::mbar_arrive_expect_tx(full + 8 * s, kStageA + kStageB);
+        tma_weight_chunk<kPacked>(st, &wmap, full + 8 * s, n0, c);
+        gdn::tma_load_2d(st + kStageA, &xmap, full + 8 * s, c * 128, tok0);
+      }
+    }
+    return;
+  }
+  gdn::pdl_wait();  // the epilogue reads the quantizer's scales
+  const int wg = threadIdx.x >> 7;
+  int d[kBN / 2];
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) {
+    d[i] = 0;
+    asm volatile("" : "+r"(d[i])::"memory");
+  }
+  for (int i = 0; i < chunks; ++i) {
+    gdn::mbar_wait(full + 8 * (i % kStages), (i / kStages) & 1);
+    wgmma_chunk<kBN, kPacked != 0>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
+    wgmma_wait<1>();
+    // This warpgroup's MMAs of chunk i - 1 are done: its stage may be refilled.
+    if (i > 0 && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
+  }
+  wgmma_wait<0>();
+  wgmma_epilogue<kBN, 1>(d, sw, sx, out, ldc, N, rows, n0, wg, tok0, 0);
 }
 
 // ---- Many rows, fp8: warpgroup MMAs in f16 that keep the decode kernels' bits ----
