@@ -128,6 +128,27 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
             assert not fp8.wg or fp8.f16, fp8
 
 
+def test_int8_256_token_tiles_only_where_they_fill_one_wave():
+    """256 tokens a CTA only for tile-major weights beyond 128 rows, with one wave of
+    WG256_CTAS[0]..WG256_CTAS[1] CTAs: of the model shapes, [12288, 2048] and [16384, 5120] at
+    129-256 rows (sweep_wg256_2600bd5_h200.md); row-major weights keep 128. The producer-warp
+    kernel is sweep-only and named only unsplit with both operands by tensor copies."""
+    lo, hi = _build.WG256_CTAS
+    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    for rows in range(64, 257):
+        for n, k in model + [(4096, 1024), (40000, 5120)]:
+            ctas = -(-rows // 256) * -(-n // 128)
+            cfg = _build.wgmma_config(rows, n, k, True)
+            assert (cfg is not None and cfg.wg == 256) == (rows > 128 and lo <= ctas <= hi), (rows, n, k, cfg)
+            assert getattr(_build.wgmma_config(rows, n, k, False), "wg", 0) != 256
+            if (n, k) in model and cfg is not None and cfg.wg == 256:
+                assert (n, k) in ((12288, 2048), (16384, 5120)) and cfg.split == 1
+    assert not any(c.ws for fmt in (_build.FMT_INT8,) for t in _build.GEMM_TILES for c in _build.gemm_configs(fmt, t))
+    for bad in (_build.GemmCfg(stages=6, wg=128, tma=1, ws=1), _build.GemmCfg(stages=6, wg=128, tma=2, split=2, ws=1)):
+        with pytest.raises(ValueError):
+            bad.name(_build.FMT_INT8, 4, "__nv_bfloat16", "float")
+
+
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
     """Every tile-major NVFP4 schedule a slice may run is a shipped (compiled) instance; a
     few-token schedule runs only slices of at most its rows, and the model shapes fall in the
