@@ -29,8 +29,9 @@ _QUANT_KIND = {
 }
 # The per-token quantizers from _build.QUANT_ROWS_MIN rows: one CTA a row. (The fp8 per-channel
 # one was withdrawn once, after the back-to-back test on a stream gave other bits than the same
-# calls alone at d7b7779; the cause, GEMMs reading their activations before the PDL wait, was found
-# and fixed at 51f803f. bench/NOTES.md W8A8 v6, v8, v10.)
+# calls alone at d7b7779; the likely cause, GEMMs reading their activations before the PDL wait, was
+# fixed at 51f803f, and with this quantizer the test passes since (2600bd5). bench/NOTES.md W8A8 v6,
+# v8, v10.)
 _QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows", WeightFormat.FP8_CHANNEL: "fp8_row_rows"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
