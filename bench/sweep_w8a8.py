@@ -121,9 +121,13 @@ def main() -> int:
                             cfgs += _build.sweep_cfgs(tiles, True) + _build.wgmma_sweep_cfgs(code, tiles, True)
                         if args.wgmma_only:
                             cfgs = tuple(c for c in cfgs if c.wg)
-                        if args.only:
-                            cfgs = tuple(c for c in cfgs if re.search(args.only, schedule_key(c)))
                         family, x_ptr = "w8a8_gemm_sweep", None
+                        if args.only:
+                            # Only the selected schedules are compiled.
+                            cfgs = tuple(c for c in cfgs if re.search(args.only, schedule_key(c)))
+                            family = _build.subset_family(family, [
+                                _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
+                                for c in cfgs])
                     for cfg in cfgs:
                         key = schedule_key(cfg) + (f"_pre{cfg.pre}" if args.pre else "")
                         ws = packed_weights if cfg.packed else weights

@@ -379,12 +379,13 @@ SK_MAX_WG = 128
 
 
 def sk_ctas(rows: int, n: int, k: int, wg: int, sms: int) -> int:
-    """CTAs of the stream-K kernel: one a multiprocessor (``sms``), fewer where that would leave a
-    CTA under SK_MIN_CHUNKS chunks of K."""
+    """CTAs of the stream-K kernel: groups of one CTA a token tile, as many groups as fit one a
+    multiprocessor (``sms``; at least one), fewer where that would leave a group under
+    SK_MIN_CHUNKS chunks of K."""
     if sms < 1 or k < 128:
         raise ValueError(f"stream-K needs the multiprocessor count and K, got sms = {sms}, k = {k}")
-    total = -(-rows // wg) * -(-n // 128) * (k // 128)
-    return max(1, min(sms, total // SK_MIN_CHUNKS))
+    tok = -(-rows // wg)
+    return tok * max(1, min(sms // tok, -(-n // 128) * (k // 128) // SK_MIN_CHUNKS))
 
 
 # 256 tokens a CTA beyond 128 rows on tile-major weights where those CTAs number WG256_CTAS: one
@@ -773,6 +774,18 @@ FAMILIES: dict[str, Family] = {
     "fp4_mx_gemm": Family("fp4_mx_gemm.cu", _fp4_gemm_instances(), _fp4_gemm_instances()),
     "fp4_mx_gemm_sweep": Family("fp4_mx_gemm.cu", _fp4_sweep_instances(), ()),
 }
+
+
+def subset_family(family: str, instances) -> str:
+    """The name of a family of ``family``'s source compiled with only these of its instances
+    (registered on first use), so that a test or sweep of a few schedules compiles only those."""
+    names = tuple(dict.fromkeys(instances))
+    missing = set(names) - set(FAMILIES[family].instances)
+    if missing:
+        raise ValueError(f"not instances of {family}: {sorted(missing)}")
+    key = f"{family}[{hashlib.sha1(chr(0).join(names).encode()).hexdigest()[:10]}]"
+    FAMILIES.setdefault(key, Family(FAMILIES[family].source, names, ()))
+    return key
 
 
 def family_source(family: str) -> str:

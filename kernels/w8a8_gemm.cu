@@ -978,28 +978,32 @@ w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
 // ---- Many rows, int8: stream-K over a grid of one wave ----
 //
 // Where the tiles (128 weight rows x kBN tokens) do not fill the multiprocessors in whole waves,
-// w8a8_wgmma_sk_kernel spreads the tiles' chunks of K evenly over gridDim.x CTAs (at most one a
-// multiprocessor): iteration it = tile * chunks + chunk, CTA b runs [total b / g, total (b + 1) / g)
-// in order, tile by tile (a segment a tile), the producer warp copying ahead across segments. A
-// segment that is a whole tile is scaled and stored as w8a8_wgmma_ws_kernel does; a part of a tile
-// is stored as exact int32 sums in a slot of `part` (slot 2b for the CTA's first segment, 2b + 1 for
-// its last), and the last of the tile's CTAs to arrive (counted in count[the CTA of the tile's last
-// chunk], which it resets) adds the others' slots to its own sums and stores the tile. int32 sums
-// are exact in any order: the bits are the other int8 kernels'. No CTA waits for another, so the
-// grid needs no co-residency.
+// w8a8_wgmma_sk_kernel spreads the chunks of K of the weight's 128-row tiles evenly over groups of
+// CTAs: a group has one CTA per token tile (CTA b: group b / T, token tile b % T, T token tiles),
+// so the CTAs that read the same weight bytes read them at about the same time (once from DRAM,
+// as the unsplit grid does). Iteration it = weight tile * chunks + chunk; group p of g runs
+// [total p / g, total (p + 1) / g) in order, a segment a weight tile, its producer warp copying
+// ahead across segments. A segment that is a whole tile is scaled and stored as
+// w8a8_wgmma_ws_kernel does; a part of a tile is stored as exact int32 sums in a slot of `part`
+// (slot 2b for the CTA's first segment, 2b + 1 for its last), and the last of the tile's CTAs to
+// arrive (counted in count[T * the group of the tile's last chunk + token tile], which it resets)
+// adds the others' slots to its own sums and stores the tile. int32 sums are exact in any order:
+// the bits are the other int8 kernels'. No CTA waits for another, so the grid needs no
+// co-residency.
 namespace {
-// The CTA of a stream-K grid of g CTAs over `total` iterations that runs iteration i.
-__device__ __forceinline__ int sk_cta(long long i, long long total, int g) {
+// The group of a stream-K grid of g groups over `total` iterations that runs iteration i.
+__device__ __forceinline__ int sk_group(long long i, long long total, int g) {
   return (int)(((i + 1) * g + total - 1) / total) - 1;
 }
-// The first iteration of CTA b.
-__device__ __forceinline__ long long sk_begin(int b, long long total, int g) { return total * b / g; }
+// The first iteration of group p.
+__device__ __forceinline__ long long sk_begin(int p, long long total, int g) { return total * p / g; }
 }  // namespace
 
-// kStages: shared-memory stages.  kBN: tokens a tile (64 or 128).  part: 2 gridDim.x slots of
-// 128 kBN int32 (each consumer thread's kBN / 2 sums, 16-byte groups thread-major).  count:
-// gridDim.x zeros (zero again when the kernel ends).  The other arguments as w8a8_wgmma_tma_kernel.
-// 288 threads: two consumer warpgroups and a producer warp.
+// kStages: shared-memory stages.  kBN: tokens a tile (64 or 128).  Grid: a multiple of the token
+// tiles, ceil(rows / kBN).  part: 2 gridDim.x slots of 128 kBN int32 (each consumer thread's
+// kBN / 2 sums, 16-byte groups thread-major).  count: gridDim.x zeros (zero again when the kernel
+// ends).  The other arguments as w8a8_wgmma_tma_kernel. 288 threads: two consumer warpgroups and
+// a producer warp.
 template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
 __global__ void __launch_bounds__(288, 1)
 w8a8_wgmma_sk_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
@@ -1017,9 +1021,9 @@ w8a8_wgmma_sk_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
   const uint32_t smem_s = (raw + 1023) & ~1023u;
   const uint32_t full = smem_s + kStages * (kStageA + kStageB), empty = full + 8 * kStages;
   const int chunks = K >> 7, tiles_tok = (rows + kBN - 1) / kBN;
-  const long long total = (long long)tiles_tok * ((N + 127) >> 7) * chunks;
-  const int g = gridDim.x, b = blockIdx.x;
-  const long long it0 = sk_begin(b, total, g), it1 = sk_begin(b + 1, total, g);
+  const long long total = (long long)((N + 127) >> 7) * chunks;
+  const int g = gridDim.x / tiles_tok, p = blockIdx.x / tiles_tok, tok = blockIdx.x % tiles_tok, tok0 = tok * kBN;
+  const long long it0 = sk_begin(p, total, g), it1 = sk_begin(p + 1, total, g);
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -1030,31 +1034,31 @@ w8a8_wgmma_sk_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
   }
   __syncthreads();
   if (threadIdx.x >= 256) {
-    // As w8a8_wgmma_ws_kernel's producer, over the CTA's iterations: local chunk i into stage i % kStages.
+    // As w8a8_wgmma_ws_kernel's producer, over the CTA's iterations: local chunk i into stage
+    // i % kStages; (tile, chunk) stepped, not divided, per chunk.
     if (threadIdx.x == 256) {
-      auto stage = [&](int i) { return smem_s + (i % kStages) * (kStageA + kStageB); };
-      auto copy_w = [&](int i) {
-        const long long it = it0 + i;
-        tma_weight_chunk<kPacked>(stage(i), &wmap, full + 8 * (i % kStages), (int)(it / chunks / tiles_tok) * 128,
-                                  (int)(it % chunks));
-      };
-      auto copy_x = [&](int i) {
-        const long long it = it0 + i;
-        gdn::tma_load_2d(stage(i) + kStageA, &xmap, full + 8 * (i % kStages), (int)(it % chunks) * 128,
-                         (int)(it / chunks % tiles_tok) * kBN);
-      };
       const int n = (int)(it1 - it0), first = min(kStages, n);
+      const int t_first = (int)(it0 / chunks), c_first = (int)(it0 % chunks);
+      int t = t_first, c = c_first;
       for (int i = 0; i < first; ++i) {
         gdn::mbar_arrive_expect_tx(full + 8 * i, kStageA + kStageB);
-        copy_w(i);
+        tma_weight_chunk<kPacked>(smem_s + i * (kStageA + kStageB), &wmap, full + 8 * i, t * 128, c);
+        if (++c == chunks) c = 0, ++t;
       }
       gdn::pdl_wait();
-      for (int i = 0; i < first; ++i) copy_x(i);
-      for (int i = kStages; i < n; ++i) {
-        gdn::mbar_wait(empty + 8 * (i % kStages), (i / kStages - 1) & 1);
-        gdn::mbar_arrive_expect_tx(full + 8 * (i % kStages), kStageA + kStageB);
-        copy_w(i);
-        copy_x(i);
+      c = c_first;
+      for (int i = 0; i < first; ++i) {
+        gdn::tma_load_2d(smem_s + i * (kStageA + kStageB) + kStageA, &xmap, full + 8 * i, c * 128, tok0);
+        if (++c == chunks) c = 0;
+      }
+      for (int i = kStages, s = 0; i < n; ++i) {
+        const uint32_t st = smem_s + s * (kStageA + kStageB);
+        gdn::mbar_wait(empty + 8 * s, (i / kStages - 1) & 1);
+        gdn::mbar_arrive_expect_tx(full + 8 * s, kStageA + kStageB);
+        tma_weight_chunk<kPacked>(st, &wmap, full + 8 * s, t * 128, c);
+        gdn::tma_load_2d(st + kStageA, &xmap, full + 8 * s, c * 128, tok0);
+        if (++c == chunks) c = 0, ++t;
+        if (++s == kStages) s = 0;
       }
     }
     return;
@@ -1062,7 +1066,7 @@ w8a8_wgmma_sk_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
   gdn::pdl_wait();  // the epilogue reads the quantizer's scales; the slots and counts follow the previous launch
   const int wg = threadIdx.x >> 7;
   int d[kBN / 2];
-  int i = 0;  // local chunk
+  int i = 0, s = 0, ph = 0;  // local chunk, its stage and the stage's phase
   for (long long it = it0; it < it1;) {
     const int t = (int)(it / chunks);
     const long long t_begin = (long long)t * chunks, t_end = t_begin + chunks, seg_end = min(it1, t_end);
@@ -1072,44 +1076,46 @@ w8a8_wgmma_sk_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
       d[r] = 0;
       asm volatile("" : "+r"(d[r])::"memory");
     }
-    const int i_first = i;
+    int prev = -1;  // the stage of this segment's previous chunk, released once its MMAs are done
     for (; it < seg_end; ++it, ++i) {
-      gdn::mbar_wait(full + 8 * (i % kStages), (i / kStages) & 1);
-      wgmma_chunk<kBN, kPacked != 0>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
+      gdn::mbar_wait(full + 8 * s, ph);
+      wgmma_chunk<kBN, kPacked != 0>(d, smem_s + s * (kStageA + kStageB), wg);
       wgmma_wait<1>();
-      if (i > i_first && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
+      if (prev >= 0 && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * prev);
+      prev = s;
+      if (++s == kStages) s = 0, ph ^= 1;
     }
     wgmma_wait<0>();
-    if ((threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
+    if ((threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * prev);
     if (!whole) {
-      const int lo = sk_cta(t_begin, total, g), hi = sk_cta(t_end - 1, total, g);
-      int4* mine = part + (long long)(2 * b + (first_seg ? 0 : 1)) * kSlot;
+      const int lo = sk_group(t_begin, total, g), hi = sk_group(t_end - 1, total, g);
+      int4* mine = part + (long long)(2 * blockIdx.x + (first_seg ? 0 : 1)) * kSlot;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
         __stcg(mine + j * 256 + threadIdx.x, make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
       __threadfence();
       gdn::named_barrier(1, 256);
       if (threadIdx.x == 0) {
-        last = atomicAdd(count + hi, 1) == hi - lo;
-        if (last) atomicExch(count + hi, 0);
+        last = atomicAdd(count + hi * tiles_tok + tok, 1) == hi - lo;
+        if (last) atomicExch(count + hi * tiles_tok + tok, 0);
       }
       gdn::named_barrier(1, 256);
       if (!last) continue;
       __threadfence();
       for (int v = lo; v <= hi; ++v) {
-        if (v == b) continue;
-        const int4* p = part + (long long)(2 * v + (sk_begin(v, total, g) / chunks == t ? 0 : 1)) * kSlot;
+        if (v == p) continue;
+        const int4* q = part + (long long)(2 * (v * tiles_tok + tok) + (sk_begin(v, total, g) / chunks == t ? 0 : 1)) * kSlot;
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
-          const int4 s = __ldcg(p + j * 256 + threadIdx.x);
-          d[4 * j] += s.x;
-          d[4 * j + 1] += s.y;
-          d[4 * j + 2] += s.z;
-          d[4 * j + 3] += s.w;
+          const int4 e = __ldcg(q + j * 256 + threadIdx.x);
+          d[4 * j] += e.x;
+          d[4 * j + 1] += e.y;
+          d[4 * j + 2] += e.z;
+          d[4 * j + 3] += e.w;
         }
       }
     }
-    wgmma_epilogue<kBN, 1>(d, sw, sx, out, ldc, N, rows, (t / tiles_tok) * 128, wg, (t % tiles_tok) * kBN, 0);
+    wgmma_epilogue<kBN, 1>(d, sw, sx, out, ldc, N, rows, t * 128, wg, tok0, 0);
   }
 }
 
