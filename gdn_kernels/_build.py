@@ -134,10 +134,7 @@ class GemmCfg:
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
     warps of chunks, their sums added in the decode kernel's order. ``ws`` 1 (int8, ``tma`` 2,
     unsplit; sweep only): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
-    release barriers in place of the block barrier. ``sk`` 1 (int8, ``tma`` 2, unsplit, ``wg`` 64 or
-    128): w8a8_wgmma_sk_kernel, the producer-warp kernel as stream-K: the tiles' chunks of K spread
-    evenly over at most one CTA a multiprocessor (:func:`sk_ctas`), parts of a tile added exactly
-    by the last CTA to finish it through the context's stream-K slots (two more arguments). No
+    release barriers in place of the block barrier. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -156,13 +153,12 @@ class GemmCfg:
     overlap: int = 0
     split: int = 1
     ws: int = 0
-    sk: int = 0
 
     @property
     def threads(self) -> int:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
-        GEMM_WARPS warps, and a producer warp for the producer-warp kernels."""
-        return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * (self.ws or self.sk)
+        GEMM_WARPS warps."""
+        return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * self.ws
 
     @property
     def rows_tile(self) -> int:
@@ -179,7 +175,7 @@ class GemmCfg:
             # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
             # cluster, 16-byte aligned slots for all but one of a CTA's decode warps' sums (32
             # floats a thread each).
-            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + (self.ws or self.sk)) if self.tma else 0)
+            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
                     + (2 * self.wg * 256 if self.f16 else 0))
             if self.f16 and self.split > 1:
                 size += -(8 * self.stages) % 16 + (GEMM_WARPS // self.split - 1) * 128 * self.threads
@@ -188,11 +184,7 @@ class GemmCfg:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
 
-    def grid(self, rows: int, n: int, tiles: int, k: int = 0, sms: int = 0) -> tuple[int, int, int]:
-        """The launch grid at this row count and weight shape; stream-K needs K and the device's
-        multiprocessors."""
-        if self.sk:
-            return (sk_ctas(rows, n, k, self.wg, sms), 1, 1)
+    def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
             return (-(-rows // self.wg), -(-n // self.rows_tile), self.split)
         if self.stages:
@@ -202,9 +194,8 @@ class GemmCfg:
     @property
     def args(self) -> str:
         """The kernel's arguments as a :class:`Kernel` format: w, sw, xq, sx, out, ldc, N, K, rows,
-        after two 128-byte tensor maps (weight, tokens) for the tensor-copy kernel, and then the
-        stream-K slots and counts for the stream-K kernel."""
-        return ("128s128s" if self.tma else "") + "PPPPPqiii" + ("PP" if self.sk else "")
+        after two 128-byte tensor maps (weight, tokens) for the tensor-copy kernel."""
+        return ("128s128s" if self.tma else "") + "PPPPPqiii"
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.f16:
@@ -219,11 +210,6 @@ class GemmCfg:
         if self.wg:
             if fmt != FMT_INT8:
                 raise ValueError("the int8 warpgroup-MMA kernel runs int8 only")
-            if self.sk:
-                if self.tma != 2 or self.split != 1 or self.ws or self.wg not in (64, 128):
-                    raise ValueError("the stream-K kernel takes both operands by tensor copies, unsplit, 64 or 128 "
-                                     "tokens a tile")
-                return f"w8a8_wgmma_sk_kernel<{self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
             if self.ws:
                 if self.tma != 2 or self.split != 1:
                     raise ValueError("the producer-warp warpgroup-MMA kernel takes both operands by tensor copies, unsplit")
@@ -372,22 +358,6 @@ def wgmma_split(ctas: int, k: int) -> int:
                default=1)
 
 
-# Stream-K (GemmCfg.sk): at most one CTA a multiprocessor, each with at least SK_MIN_CHUNKS chunks
-# of K, and room for that many CTAs' slots in a context (2 a CTA, 128 x SK_MAX_WG int32 each).
-SK_MIN_CHUNKS = 8
-SK_MAX_WG = 128
-
-
-def sk_ctas(rows: int, n: int, k: int, wg: int, sms: int) -> int:
-    """CTAs of the stream-K kernel: groups of one CTA a token tile, as many groups as fit one a
-    multiprocessor (``sms``; at least one), fewer where that would leave a group under
-    SK_MIN_CHUNKS chunks of K."""
-    if sms < 1 or k < 128:
-        raise ValueError(f"stream-K needs the multiprocessor count and K, got sms = {sms}, k = {k}")
-    tok = -(-rows // wg)
-    return tok * max(1, min(sms // tok, -(-n // 128) * (k // 128) // SK_MIN_CHUNKS))
-
-
 # 256 tokens a CTA beyond 128 rows on tile-major weights where those CTAs number WG256_CTAS: one
 # wave of at least 96 (sweep_w8a8_wg256_6fc9987_h200.md, GEMM alone at 256 rows: [16384, 5120]
 # 46.0 us against 50.9 for 128 tokens, [12288, 2048] 22.4 against 26.1; slower on fewer CTAs, on
@@ -461,9 +431,7 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2),
                # A producer warp issuing the copies, per-stage release barriers (no block barrier).
                GemmCfg(stages=8, wg=64, tma=2, ws=1), GemmCfg(stages=6, wg=128, tma=2, ws=1),
-               GemmCfg(stages=4, wg=256, tma=2, ws=1),
-               # Stream-K over one wave of CTAs.
-               GemmCfg(stages=8, wg=64, tma=2, sk=1), GemmCfg(stages=6, wg=128, tma=2, sk=1))
+               GemmCfg(stages=4, wg=256, tma=2, ws=1))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
@@ -778,7 +746,7 @@ FAMILIES: dict[str, Family] = {
 
 def subset_family(family: str, instances) -> str:
     """The name of a family of ``family``'s source compiled with only these of its instances
-    (registered on first use), so that a test or sweep of a few schedules compiles only those."""
+    (registered on first use), so that a sweep of a few schedules compiles only those."""
     names = tuple(dict.fromkeys(instances))
     missing = set(names) - set(FAMILIES[family].instances)
     if missing:

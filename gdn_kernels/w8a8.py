@@ -139,14 +139,8 @@ class W8a8Ctx:
         with cupy.cuda.Device(self.device_id):
             self._xq = cupy.empty(self.max_rows * self.max_k, cupy.uint8)
             self._xs = cupy.empty(self.max_rows * (self.max_k // FP8_BLOCK), cupy.float32)
-            # Stream-K (int8 at many rows): two slots of a tile's int32 sums and a count a CTA, at
-            # most one CTA a multiprocessor; the counts start at zero and every launch leaves them so.
-            self.sms = cupy.cuda.Device(self.device_id).attributes["MultiProcessorCount"]
-            self._sk_part = cupy.empty(2 * self.sms * 128 * _build.SK_MAX_WG, cupy.int32)
-            self._sk_count = cupy.zeros(self.sms, cupy.int32)
         self._xq_ptr = self._xq.data.ptr
         self._xs_ptr = self._xs.data.ptr
-        self._sk_args = (self._sk_part.data.ptr, self._sk_count.data.ptr)
         # Fetch every kernel now, so that no call compiles or looks anything up by name.
         self._gemm = {}
         for fmt, code in _FMT.items():
@@ -256,18 +250,12 @@ class W8a8Ctx:
             cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
             gemm, cfg = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
             xmap = self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg) if cfg.tma else None
-            entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles, w.k, self.sms), cfg.threads, xmap,
-                                                self.extra_args(cfg))
-        gemm, cfg, grid, threads, xmap, extra = entry
+            entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles), cfg.threads, xmap)
+        gemm, cfg, grid, threads, xmap = entry
         # The weight's tensor map depends on its address too: looked up by it.
         maps = (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile), xmap) if xmap else ()
         gemm.launch_dependent(grid, threads, stream, *maps, w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc,
-                              w.n, w.k, rows, *extra)
-
-    def extra_args(self, cfg) -> tuple[int, ...]:
-        """The arguments a schedule's kernel takes after the others: the stream-K slots and counts
-        (none for the other kernels)."""
-        return self._sk_args if cfg.sk else ()
+                              w.n, w.k, rows)
 
     def tma_maps(self, w: W8a8Weight, cfg) -> tuple[bytes, ...]:
         """The tensor maps a schedule's kernel takes before its other arguments (weight, then

@@ -560,57 +560,6 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
             assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} rows {rows} differs from the shipped schedule"
 
 
-@pytest.mark.parametrize("layout", ["rows", "tiles16"])
-def test_stream_k_gives_the_same_bits_on_any_grid(ctx, layout):
-    """int8's stream-K kernel spreads the weight tiles' chunks over groups of CTAs (one a token
-    tile), from one group to one CTA a multiprocessor: tiles whole in one group, split over two
-    or more (parts from a group's first and last segment, groups wholly inside one tile), ragged
-    N and token tiles. Every launch runs twice in a row (the counts must be back at zero for the
-    second) and gives ctx.proj's bits, writing nothing outside the output."""
-    import cupy
-
-    from gdn_kernels import _build
-    from gdn_kernels.bench import w8a8_gemm_launcher
-
-    n, k = 300, 2560
-    rng = np.random.default_rng(12)
-    hw = HostWeight(rng, "int8", n, k)
-    wt = hw.w.tile_major() if layout == "tiles16" else hw.w
-    cfgs = [c for c in _build.wgmma_sweep_cfgs(_build.FMT_INT8, 4, layout == "tiles16") if c.sk]
-    assert {c.wg for c in cfgs} == {64, 128}
-    family = _build.subset_family("w8a8_gemm_sweep", [_build.gemm_instance(_build.FMT_INT8, 4, "bfloat16", "float32", c)
-                                                      for c in cfgs])
-    kinds = set()
-    for rows in (40, 100, 130, 256):
-        x = random_activations(rng, rows, k, "bfloat16", outliers=True)
-        ok, want = run_proj(ctx, hw, x, "bfloat16")
-        assert ok
-        x_dev = cupy.asarray(x.view(np.uint16))
-        ctx.quantize_activations(hw.w, x_dev.data.ptr, k, rows, 0)
-        for cfg in cfgs:
-            for sms in (1, 2, 3, 5, 7, 13, 29, ctx.sms):
-                # Which cases this grid makes (its groups' segments of the iterations).
-                tok = -(-rows // cfg.wg)
-                g, chunks = cfg.grid(rows, n, 4, k, sms)[0] // tok, k // 128
-                total = -(-n // 128) * chunks
-                for a, e in ((total * p // g, total * (p + 1) // g) for p in range(g)):
-                    kinds.add("split" if a % chunks else "whole")
-                    if a % chunks and e % chunks and a // chunks == (e - 1) // chunks:
-                        kinds.add("inside")
-                offset, ldc = 8, n + 3
-                size = rows * ldc + 2 * offset
-                out = poisoned(size)
-                launch = w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, 0, cfg, family, sms=sms)
-                for _ in range(2):
-                    launch()
-                host = out.get()
-                assert (host[untouched_mask(size, offset, rows, n, ldc)] == POISON).all(), f"{cfg} wrote outside"
-                got = region(host, offset, rows, n, ldc)
-                assert (got == want.view(np.uint16)).all(), f"{cfg} on {sms} CTAs, rows {rows}: other bits"
-        assert not ctx._sk_count.any()
-    assert kinds == {"whole", "split", "inside"}
-
-
 def test_tile_major_layout_is_the_documented_permutation():
     """W8a8Weight.tile_major's bytes on the device, checked element by element against the layout
     the GEMM reads (tests.gpu_util.assert_tile_major); rows past N are zero. The scales are a

@@ -39,7 +39,6 @@ def cpu_ctx(max_rows: int = 256):
     """A W8a8Ctx without its device set-up: every shipped schedule a fake kernel."""
     ctx = object.__new__(W8a8Ctx)
     ctx.max_rows, ctx._xq_ptr, ctx._xs_ptr = max_rows, 0x10000, 0x20000
-    ctx.sms, ctx._sk_args = 132, (0x40000, 0x50000)
     ctx._gemm_by_shape, ctx._maps = {}, FakeMaps()
     ctx._gemm = {}
     for fmt, code in _FMT.items():
@@ -69,11 +68,10 @@ def test_gemm_launch_carries_the_schedule_grid_and_maps(fmt, layout, n, k):
             cfg = _build.gemm_config(_FMT[fmt], rows, n, k, layout == "tiles16")
             kern, _ = ctx._gemm[(fmt, _build.gemm_tiles(rows), cfg, "bfloat16", "float32")]
             grid, block, stream, args = kern.calls[-1]
-            assert grid == cfg.grid(rows, n, _build.gemm_tiles(rows), k, 132) and block == cfg.threads and stream == 7
+            assert grid == cfg.grid(rows, n, _build.gemm_tiles(rows)) and block == cfg.threads and stream == 7
             maps = ((("w", qweight, n, k, layout, cfg.rows_tile), ("x", 0x10000, 256, k, cfg.wg)) if cfg.tma
                     else ())
-            sk = (0x40000, 0x50000) if cfg.sk else ()
-            assert args == (*maps, qweight, qweight + 0x100000, 0x10000, 0x20000, 0x30000, n + 8, n, k, rows, *sk)
+            assert args == (*maps, qweight, qweight + 0x100000, 0x10000, 0x20000, 0x30000, n + 8, n, k, rows)
             # The workspace's map is found with the schedule, once a shape; the weight's every call.
             first = qweight == 0x1000000
             assert ctx._maps.asked == ((["x", "w"] if first else ["w"]) if cfg.tma else [])

@@ -121,11 +121,6 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 
-// A barrier of `count` threads (a multiple of 32) on named barrier `id` (1-15; 0 is __syncthreads').
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
 // Thread block clusters (sm_90): a barrier of every thread of the cluster, whose shared-memory
 // writes before it are visible to the cluster's reads after it.
 __device__ __forceinline__ void cluster_sync() {
