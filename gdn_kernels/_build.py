@@ -133,7 +133,7 @@ class GemmCfg:
     w8a8_wgmma_split_kernel, each CTA a contiguous share of K, the exact int32 sums added through
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
     warps of chunks, their sums added in the decode kernel's order. ``ws`` 1 (int8, ``tma`` 2,
-    unsplit; sweep only): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
+    unsplit): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
     release barriers in place of the block barrier. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
@@ -363,21 +363,35 @@ def wgmma_split(ctas: int, k: int) -> int:
 # 46.0 us against 50.9 for 128 tokens, [12288, 2048] 22.4 against 26.1; slower on fewer CTAs, on
 # [34816, 5120]'s 2.1 waves, and on row-major [16384, 5120]).
 WG256_CTAS = (96, 132)
+# There, from this K on, the producer-warp kernel (GemmCfg.ws): sweep_ws_0208701_h200.md and
+# sweep_sk_c378bc8_h200.md, GEMM alone, [16384, 5120] at 192 and 256 rows 39.3-41.3 us against
+# 43.9-46.0 (-8 to -10%); on [12288, 2048] (16 chunks) it is 4% slower in both runs.
+WG256_WS_MIN_K = 4096
+
+
+# 64 tokens a CTA, K split, where that makes more CTAs than 128 tokens a CTA (with or without
+# their split): sweep_sk_c378bc8_h200.md, GEMM alone, tile-major [2048, 4096] at 192 and 256 rows
+# 10.8 and 11.9 us (96 and 128 CTAs) against 13.0 and 13.0 for 128 tokens split 2 (64 CTAs); of the
+# model shapes only [2048, 4096] at 129-256 rows is so (at 65-128 rows the CTAs are as many).
 
 
 def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     """int8: the warpgroup-MMA schedule of this row count, weight shape and layout (128 tokens a
-    CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64; 256 beyond 128 rows
-    on tile-major weights where that fills one wave (WG256_CTAS); both operands by tensor copies;
+    CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64, and 64 where their
+    split makes more CTAs; 256 beyond 128 rows on tile-major weights where that fills one wave
+    (WG256_CTAS), by the producer-warp kernel from K = WG256_WS_MIN_K; both operands by tensor copies;
     K split over a cluster where the tiles are few), or None where the decode kernels run."""
     tiles_n = -(-n // 128)
     if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
     if packed and rows > 128 and WG256_CTAS[0] <= -(-rows // 256) * tiles_n <= WG256_CTAS[1]:
-        return GemmCfg(stages=WGMMA_TMA_STAGES[256], wg=256, packed=1, tma=2)
+        return GemmCfg(stages=WGMMA_TMA_STAGES[256], wg=256, packed=1, tma=2, ws=int(k >= WG256_WS_MIN_K))
     ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
     split = {wg: wgmma_split(c, k) for wg, c in ctas.items()}
     wg = 128 if rows > 64 and ctas[128] * split[128] >= 64 else 64
+    # 64 tokens where their K split makes more CTAs than 128 tokens do (the note above).
+    if split[64] > 1 and ctas[64] * split[64] > ctas[128] * split[128]:
+        wg = 64
     return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2, split=split[wg])
 
 
@@ -441,7 +455,7 @@ def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     rows = {1: (1,), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.
-    cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16
+    cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16 and not c.ws
              for s in (1, *WGMMA_SPLIT_CTAS)]
     return tuple(dict.fromkeys(cfgs + [wgmma_fallback(c) for c in cfgs if c.tma]))
 

@@ -131,8 +131,9 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
 def test_int8_256_token_tiles_only_where_they_fill_one_wave():
     """256 tokens a CTA only for tile-major weights beyond 128 rows, with one wave of
     WG256_CTAS[0]..WG256_CTAS[1] CTAs: of the model shapes, [12288, 2048] and [16384, 5120] at
-    129-256 rows (sweep_wg256_2600bd5_h200.md); row-major weights keep 128. The producer-warp
-    kernel is sweep-only and named only unsplit with both operands by tensor copies."""
+    129-256 rows (sweep_wg256_2600bd5_h200.md); row-major weights keep 128. Of those, the ones
+    with K >= WG256_WS_MIN_K ([16384, 5120]) run the producer-warp kernel, which nothing else
+    runs and which is named only unsplit with both operands by tensor copies."""
     lo, hi = _build.WG256_CTAS
     model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
     for rows in range(64, 257):
@@ -143,10 +144,35 @@ def test_int8_256_token_tiles_only_where_they_fill_one_wave():
             assert getattr(_build.wgmma_config(rows, n, k, False), "wg", 0) != 256
             if (n, k) in model and cfg is not None and cfg.wg == 256:
                 assert (n, k) in ((12288, 2048), (16384, 5120)) and cfg.split == 1
-    assert not any(c.ws for fmt in (_build.FMT_INT8,) for t in _build.GEMM_TILES for c in _build.gemm_configs(fmt, t))
+            if cfg is not None:
+                assert cfg.ws == (cfg.wg == 256 and k >= _build.WG256_WS_MIN_K), (rows, n, k, cfg)
+    shipped = {c for t in _build.GEMM_TILES for c in _build.gemm_configs(_build.FMT_INT8, t)}
+    assert {(c.wg, c.split, c.tma) for c in shipped if c.ws} == {(256, 1, 2)}
+    for fmt in (_build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
+        assert not any(c.ws for t in _build.GEMM_TILES for c in _build.gemm_configs(fmt, t))
     for bad in (_build.GemmCfg(stages=6, wg=128, tma=1, ws=1), _build.GemmCfg(stages=6, wg=128, tma=2, split=2, ws=1)):
         with pytest.raises(ValueError):
             bad.name(_build.FMT_INT8, 4, "__nv_bfloat16", "float")
+
+
+def test_int8_64_token_tiles_where_their_split_makes_more_ctas():
+    """Beyond 64 rows int8 takes 128 tokens a CTA, except where 64 tokens with a K split make more
+    CTAs (still one wave) than 128 tokens do: of the model shapes, [2048, 4096] at 129-256 rows."""
+    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    for packed in (False, True):
+        for rows in range(65, 257):
+            for n, k in model:
+                cfg = _build.wgmma_config(rows, n, k, packed)
+                if cfg.wg == 256:
+                    continue
+                tiles_n = -(-n // 128)
+                ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
+                split = {wg: _build.wgmma_split(c, k) for wg, c in ctas.items()}
+                more = split[64] > 1 and ctas[64] * split[64] > ctas[128] * split[128]
+                assert (cfg.wg == 64) == (more or ctas[128] * split[128] < 64), (rows, n, k, cfg)
+                assert more == ((n, k) == (2048, 4096) and rows > 128), (rows, n, k)
+                assert cfg.split == split[cfg.wg]
+                assert cfg.split == 1 or -(-rows // cfg.wg) * tiles_n * cfg.split <= _build.WGMMA_SPLIT_CTAS[cfg.split]
 
 
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
