@@ -557,7 +557,20 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   }
   for (; v < kSplit; ++v) fold<kFmt>(sum, acc, v);
 
-  // Epilogue: c0, c1 row g, tokens 2t, 2t+1; c2, c3 row g + 8.
+  // Epilogue: c0, c1 row g, tokens 2t, 2t+1; c2, c3 row g + 8. The per-channel formats' scales
+  // are loaded first (clamped to valid rows), so that the loads overlap instead of each waiting
+  // beside its store (ld_dep is ordered with the stores).
+  float s_w[2][2] = {}, s_x[4][2] = {};
+  if constexpr (kFmt != kFp8Block) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) s_w[m][h] = to_float(sw[min(n0 + wn * 32 + m * 16 + g + h * 8, N - 1)]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + wt * 32 + j * 8 + 2 * t + q, rows - 1));
+  }
 #pragma unroll
   for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -569,9 +582,9 @@ w8a8_tiled_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
         if (n >= N || tok >= rows) continue;
         float y;
         if constexpr (kFmt == kInt8) {
-          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum[m][j][r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
+          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum[m][j][r]), s_x[j][r & 1]), s_w[m][r >> 1]);
         } else if constexpr (kFmt == kFp8Channel) {
-          y = gdn::mul_rn(gdn::mul_rn(sum[m][j][r], gdn::ld_dep(sx + tok)), to_float(sw[n]));
+          y = gdn::mul_rn(gdn::mul_rn(sum[m][j][r], s_x[j][r & 1]), s_w[m][r >> 1]);
         } else {
           y = sum[m][j][r];
         }
@@ -693,17 +706,32 @@ __device__ __forceinline__ void wgmma_epilogue(const int (&d)[kBN / 2], const Sw
                                                int N, int rows, int n0, int wg, int tok0, int split) {
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2, t = lane & 3;
+  // The scales first (clamped to valid rows), 64 tokens' at a time, so that their loads overlap:
+  // each ld_dep is ordered with the stores, and loaded beside them every output waited out one.
+  float s_w[2];
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
+  for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + wg * 64 + warp * 16 + g + h * 8, N - 1)]);
+  constexpr int kGroup = 8;  // token groups of 8 a batch of scale loads
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (kSplit > 1 && j % kSplit != split) continue;
-      const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
-      const int tok = tok0 + j * 8 + 2 * t + (r & 1);
-      if (n >= N || tok >= rows) continue;
-      const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), gdn::ld_dep(sx + tok)), to_float(sw[n]));
-      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-    }
+  for (int j0 = 0; j0 < kBN / 8; j0 += kGroup) {
+    float s_x[kGroup][2];
+#pragma unroll
+    for (int j = j0; j < j0 + kGroup; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        if (kSplit == 1 || j % kSplit == split) s_x[j - j0][q] = gdn::ld_dep(sx + min(tok0 + j * 8 + 2 * t + q, rows - 1));
+#pragma unroll
+    for (int j = j0; j < j0 + kGroup; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (kSplit > 1 && j % kSplit != split) continue;
+        const int n = n0 + wg * 64 + warp * 16 + g + (r >> 1) * 8;
+        const int tok = tok0 + j * 8 + 2 * t + (r & 1);
+        if (n >= N || tok >= rows) continue;
+        const float y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(d[4 * j + r]), s_x[j - j0][r & 1]), s_w[r >> 1]);
+        out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+      }
+  }
 }
 
 // The body of both warpgroup-MMA kernels. kStages: shared-memory stages (at least 3).  kBN: tokens
@@ -1294,7 +1322,18 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   }
 
   // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2;
-  // in a cluster, this CTA's token groups.
+  // in a cluster, this CTA's token groups. Per-channel scales loaded first (clamped), as in the
+  // tiled kernel's epilogue.
+  float s_w[2] = {}, s_x[8][2] = {};
+  if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + row + h * 8, N - 1)]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        if (kCluster == 1 || j % kCluster == rank) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
+  }
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -1304,7 +1343,7 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       const int tok = tok0 + 8 * j + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
       float y = sum[4 * j + r];
-      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, gdn::ld_dep(sx + tok)), to_float(sw[n]));
+      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
 }
