@@ -70,6 +70,52 @@ def test_compile_gate():
     assert all(r.registers <= 255 for r in reports)
 
 
+def test_epilogue_scale_loads_come_before_the_stores():
+    """A performance property (bench/NOTES.md W8A8 v11): the epilogues of the many-row W8A8 kernels
+    load their scales (gdn::ld_dep, ld.global.f32 in the PTX, ordered with the stores) in batches
+    of 8 or more on average ahead of the output stores, not one beside each store (which made every output
+    wait out a load: 63 store-to-load turns in the 128-token kernel before c2a5220). Checked on
+    the PTX NVRTC makes of one instance of each kernel kind, as CuPy compiles them."""
+    missing = _nvrtc_missing()
+    if missing:
+        if GATE_REQUIRED:
+            pytest.fail(f"GDN_KERNELS_REQUIRE_COMPILE_GATE is set but {missing}")
+        pytest.skip(f"needs NVRTC: {missing}")
+    import re
+
+    from cuda.bindings import nvrtc
+
+    from gdn_kernels import compile_gate
+
+    kinds = ("w8a8_wgmma_tma_kernel<8, 64, 1", "w8a8_wgmma_tma_kernel<6, 128, 1", "w8a8_wgmma_tma_kernel<4, 256, 1",
+             "w8a8_wgmma_ws_kernel<4, 256, 1", "w8a8_wgmma_split_kernel<8, 64, 1, 2, 2",
+             "w8a8_wgmma_split_kernel<6, 128, 1, 2, 4", "w8a8_wgmma_kernel<6, 128, 1", "w8a8_wgmma_fp8_kernel<1, 4, 1",
+             "w8a8_wgmma_fp8_split_kernel<1, 4, 1, 2, 0, 2", "w8a8_tiled_kernel<1, 4, 1", "w8a8_tiled_kernel<0, 3, 1")
+    shipped = _build.FAMILIES["w8a8_gemm"].instances + _build.FAMILIES["w8a8_gemm_sweep"].instances
+    names = [next(n for n in shipped if n.startswith(kind) and n.endswith("__nv_bfloat16, float>")) for kind in kinds]
+    err, prog = nvrtc.nvrtcCreateProgram(_build.family_source("w8a8_gemm").encode(), b"w8a8_gemm.cu", 0, [], [])
+    try:
+        for name in names:
+            assert int(nvrtc.nvrtcAddNameExpression(prog, name.encode())[0]) == 0
+        opts = [o.encode() for o in compile_gate.gate_options("sm_90a") if o != "-Xptxas=-v"]
+        assert int(nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]) == 0
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+        ptx = buf.decode()
+        lowered = {name: nvrtc.nvrtcGetLoweredName(prog, name.encode())[1].decode() for name in names}
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    for name, low in lowered.items():
+        start = ptx.index(f".entry {low}(")
+        end = ptx.find(".entry ", start + 1)
+        seq = re.findall(r"\b(ld\.global\.f32|st\.global\.[bu]16)\b", ptx[start:end if end > 0 else None])
+        loads = sum(op.startswith("ld") for op in seq)
+        turns = sum(a.startswith("st") and b.startswith("ld") for a, b in zip(seq, seq[1:]))
+        assert len(seq) > loads, f"{name}: no output stores found"
+        assert turns + 1 <= max(1, loads // 8), f"{name}: {turns} store-to-load turns for {loads} scale loads"
+
+
 def test_every_chosen_gemm_schedule_is_compiled():
     """gemm_config may pick any schedule for any shape, row count and layout, but only the schedules of
     gemm_configs are compiled and fetched by W8a8Ctx: every pick must be among them."""
