@@ -369,12 +369,6 @@ WG256_CTAS = (96, 132)
 WG256_WS_MIN_K = 4096
 
 
-# 64 tokens a CTA, K split, where that makes more CTAs than 128 tokens a CTA (with or without
-# their split): sweep_sk_c378bc8_h200.md, GEMM alone, tile-major [2048, 4096] at 192 and 256 rows
-# 10.8 and 11.9 us (96 and 128 CTAs) against 13.0 and 13.0 for 128 tokens split 2 (64 CTAs); of the
-# model shapes only [2048, 4096] at 129-256 rows is so (at 65-128 rows the CTAs are as many).
-
-
 def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     """int8: the warpgroup-MMA schedule of this row count, weight shape and layout (128 tokens a
     CTA beyond 64 rows where that keeps 64 CTAs with the K split, else 64, and 64 where their
@@ -389,7 +383,10 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
     split = {wg: wgmma_split(c, k) for wg, c in ctas.items()}
     wg = 128 if rows > 64 and ctas[128] * split[128] >= 64 else 64
-    # 64 tokens where their K split makes more CTAs than 128 tokens do (the note above).
+    # 64 tokens where their K split makes more CTAs than 128 tokens do (with or without their
+    # split): sweep_sk_c378bc8_h200.md, GEMM alone, tile-major [2048, 4096] at 192 and 256 rows 10.8
+    # and 11.9 us (96 and 128 CTAs) against 13.0 and 13.0 for 128 tokens split 2 (64 CTAs); of the
+    # model shapes only [2048, 4096] at 129-256 rows is so (at 65-128 rows the CTAs are as many).
     if split[64] > 1 and ctas[64] * split[64] > ctas[128] * split[128]:
         wg = 64
     return GemmCfg(stages=WGMMA_TMA_STAGES[wg], wg=wg, packed=int(packed), tma=2, split=split[wg])

@@ -697,6 +697,16 @@ __device__ __forceinline__ void wgmma_chunk(int (&d)[kBN / 2], uint32_t st, int 
   wgmma_commit();
 }
 
+// Zeroes a warpgroup MMA's accumulators, the zeros in place before the first MMA reads them.
+template <int kN>
+__device__ __forceinline__ void wgmma_zero(int (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    d[i] = 0;
+    asm volatile("" : "+r"(d[i])::"memory");
+  }
+}
+
 // Epilogue of the int8 warpgroup kernels (w8a8_gemm_kernel's for int8): warpgroup wg's sums d of
 // weight rows n0 + 64 wg.. (64) and tokens tok0.. (kBN) scaled and stored; with a K split, only the token
 // groups j with j % kSplit == split (this CTA's share of the tile).
@@ -798,11 +808,7 @@ __device__ __forceinline__ void wgmma_gemm(const gdn::TensorMap* wmap, const gdn
   };
 
   int d[kBN / 2];
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) {
-    d[i] = 0;
-    asm volatile("" : "+r"(d[i])::"memory");  // the zeros are in place before the first MMA
-  }
+  wgmma_zero(d);
 
   if constexpr (kTma > 0) {
     if (threadIdx.x == 0) {
@@ -987,11 +993,7 @@ w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
   gdn::pdl_wait();  // the epilogue reads the quantizer's scales
   const int wg = threadIdx.x >> 7;
   int d[kBN / 2];
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) {
-    d[i] = 0;
-    asm volatile("" : "+r"(d[i])::"memory");
-  }
+  wgmma_zero(d);
   for (int i = 0; i < chunks; ++i) {
     gdn::mbar_wait(full + 8 * (i % kStages), (i / kStages) & 1);
     wgmma_chunk<kBN, kPacked != 0>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
