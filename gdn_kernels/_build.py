@@ -19,9 +19,11 @@ GDN_KERNELS_PDL
     ``0`` launches the GEMMs plainly after their quantizers. By default each GEMM is launched
     programmatically dependent on its quantizer (it requests its first weight bytes while the
     quantizer runs) and lets the next kernel of the stream launch once all its CTAs have started.
-    Quantizers are launched plainly (a programmatic launch through cuLaunchKernelEx costs about
-    3 us more host time and measured no gain on the GPU), but wait for the kernel before them
-    before touching memory, so a programmatic launch of them would stay correct (bench/NOTES.md).
+    Quantizers are launched plainly, but wait for the kernel before them before touching memory,
+    so a programmatic launch of them stays correct (bench/NOTES.md).
+GDN_KERNELS_PDL_QUANT
+    ``1`` launches the quantizers programmatically dependent on the kernel before them too, so
+    the next GEMM's CTAs can start staging weight during the previous GEMM's tail.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from pathlib import Path
 
 # Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=0: off).
 PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "1") not in ("", "0")
+# Programmatic dependent launch of the quantizers after the kernel before them
+# (GDN_KERNELS_PDL_QUANT=1: on; needs PDL_ENABLED).
+PDL_QUANT = PDL_ENABLED and os.environ.get("GDN_KERNELS_PDL_QUANT", "0") not in ("", "0")
 
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
