@@ -19,11 +19,13 @@ GDN_KERNELS_PDL
     ``0`` launches the GEMMs plainly after their quantizers. By default each GEMM is launched
     programmatically dependent on its quantizer (it requests its first weight bytes while the
     quantizer runs) and lets the next kernel of the stream launch once all its CTAs have started.
-    Quantizers are launched plainly, but wait for the kernel before them before touching memory,
-    so a programmatic launch of them stays correct (bench/NOTES.md).
+    Every quantizer waits for the kernel before it before touching memory, so it may itself be
+    launched programmatically dependent on that kernel (see GDN_KERNELS_PDL_QUANT).
 GDN_KERNELS_PDL_QUANT
-    ``1`` launches the quantizers programmatically dependent on the kernel before them too, so
-    the next GEMM's CTAs can start staging weight during the previous GEMM's tail.
+    Unset: the W8A8 quantizers are launched programmatically dependent on the kernel before them
+    (the previous GEMM), so the next GEMM's CTAs start staging their weight during its tail;
+    NVFP4's are launched plainly (programmatic launches of them measured up to 20% slower at
+    some row counts, bench/NOTES.md). ``1``: both programmatically, ``0``: both plainly.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from pathlib import Path
 
 # Programmatic dependent launch of the GEMMs after their quantizers (GDN_KERNELS_PDL=0: off).
 PDL_ENABLED = os.environ.get("GDN_KERNELS_PDL", "1") not in ("", "0")
-# Programmatic dependent launch of the quantizers after the kernel before them
-# (GDN_KERNELS_PDL_QUANT=1: on; needs PDL_ENABLED).
-PDL_QUANT = PDL_ENABLED and os.environ.get("GDN_KERNELS_PDL_QUANT", "0") not in ("", "0")
+# Programmatic dependent launch of the activation quantizers after the kernel before them: by
+# default for W8A8, not NVFP4 (GDN_KERNELS_PDL_QUANT=1: both, 0: neither; needs PDL_ENABLED).
+_PDL_QUANT_ENV = os.environ.get("GDN_KERNELS_PDL_QUANT")
+PDL_QUANT_W8A8 = PDL_ENABLED and _PDL_QUANT_ENV not in ("", "0")
+PDL_QUANT_NVFP4 = PDL_ENABLED and _PDL_QUANT_ENV not in (None, "", "0")
 
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
@@ -248,6 +252,9 @@ def gemm_tiles(rows: int) -> int:
 _SMALL_WEIGHT = 1 << 23
 # Weights of at least this many elements ([16384, 5120] and up) stage a chunk a warp at 16 rows.
 _LARGE_WEIGHT = 1 << 26
+# CTAs of the decode kernel resident at once at three a multiprocessor on the H200 (132): a grid of
+# at most this many 16-row tiles runs as one wave.
+DECODE_WAVE_CTAS = 3 * 132
 
 
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
@@ -290,24 +297,34 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     # - chunks staged in shared memory before the quantizer wait, timed as whole projections
     #   (sweep_w8a8_pre_4a6ca15_h200.md, sweep_w8a8_fused_pre_1eeb11a_h200.md): one chunk a warp
     #   (two for fp8 per channel at long K) gains 0.2-2 us where the weight is large or K long;
-    #   block fp8 at 1-8 rows spills with it at three CTAs a multiprocessor and keeps none.
+    #   block fp8 at 1-8 rows spills with it at three CTAs a multiprocessor and keeps none;
+    # - the same, with the quantizers launched programmatically dependent too (PDL_QUANT_W8A8;
+    #   sweep_w8a8_pre_pdlq_ec3d433_h200.md, two runs): the next GEMM's CTAs now start during the
+    #   previous GEMM's tail, so where every CTA is resident at once more of its slice is staged:
+    #   all four chunks a warp on the small weight (int8, fp8 per channel), four for int8 at 1-4
+    #   rows and two for fp8 per channel on the one-wave [5120, 6144]; one for int8 on the large
+    #   weights, one for block fp8 on the small weight and at 16 rows (where it fits).
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
     if tiles == 1:
         # The row-major rules, with staging.
         cfg = gemm_config(fmt, rows, n, k)
+        one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
+        if small:
+            return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
+                    FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
         if fmt == FMT_FP8_CHANNEL:
-            pre = 2 if k >= 8192 and not small else 1
+            pre = 2 if k >= 8192 or one_wave else 1
         elif fmt == FMT_INT8:
-            pre = 1 if small or k >= 8192 or (n >= 32768 and k > 2048) else 0
+            pre = 0 if cfg.m == 2 else (4 if rows <= 4 else 0) if one_wave else 1
         else:
             pre = 0
         return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, pre=pre)
     if tiles == 2:
         if small:
             return GemmCfg(1, 2, 1, 1)
-        stage = large and (fmt != FMT_FP8_BLOCK or k >= 8192)
+        stage = large or fmt == FMT_FP8_BLOCK
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
     wgmma = wgmma_config(rows, n, k, True) if fmt == FMT_INT8 else None
     if wgmma:
@@ -453,8 +470,8 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count (both
     layouts)."""
-    probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 17408)]
-    rows = {1: (1,), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
+    probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 6144), (5120, 17408)]
+    rows = {1: (1, 8), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.
     cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16 and not c.ws

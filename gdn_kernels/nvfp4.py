@@ -315,7 +315,7 @@ class Nvfp4Ctx:
     def _run_quant(self, plan: tuple, x: int, ldx: int, rows: int, k: int, stream: int, static_gs: float) -> None:
         quant, threads, cluster, masked = plan[:4]
         packed, s, gs, xd, sxf = self._ws
-        (quant.launch_dependent if _build.PDL_QUANT else quant.launch)(
+        (quant.launch_dependent if _build.PDL_QUANT_NVFP4 else quant.launch)(
             (cluster * rows, 1, 1), threads, stream, x, packed, s, gs, xd, sxf, static_gs, k, ldx, masked)
 
     def _run_gemm(self, plan: tuple, w: Nvfp4Weight, rows: int, out: int, ldc: int, stream: int,

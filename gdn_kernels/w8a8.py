@@ -273,7 +273,7 @@ class W8a8Ctx:
             kernel, grid, threads = self._quant_rows[(fmt, dtype)], (1, rows, 1), _build.ROWS_QUANT_THREADS
         else:
             kernel, grid, threads = self._quant[(fmt, dtype)], (_build.QUANT_CLUSTER, rows, 1), self._quant_threads[fmt]
-        (kernel.launch_dependent if _build.PDL_QUANT else kernel.launch)(grid, threads, stream, x, self._xq_ptr,
+        (kernel.launch_dependent if _build.PDL_QUANT_W8A8 else kernel.launch)(grid, threads, stream, x, self._xq_ptr,
                                                                           self._xs_ptr, k, ldx)
 
     def quantize_activations(self, w: W8a8Weight, x: int, ldx: int, rows: int, stream=0, *, dtype: str = "bfloat16"):
