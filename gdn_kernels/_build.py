@@ -356,6 +356,12 @@ WGMMA_STAGES = {(64, 0): 8, (128, 0): 6, (64, 1): 6, (128, 1): 5, (256, 0): 4, (
 # shapes, at 64 rows on [2048, 4096] only, whose 16 CTAs leave most multiprocessors idle).
 WGMMA_MIN_ROWS = 64
 WGMMA_MIN_CTAS = 32
+# On tile-major weights from this many rows: sweep_wg_rows32_48_f2adfd8_h200.md, GEMM alone at 32
+# and 48 rows (after the epilogue fix of c2a5220, both operands by tensor copies): [12288, 2048]
+# 10.4 us, [16384, 5120] 25.5, [34816, 5120] 54.3, [5120, 6144] 13.6 and [5120, 17408] 29.2 (split
+# 2), against 16.1, 34.3, 67.4, 20.1 and 43.1 for the whole projection on the decode kernel at 32
+# rows (w8a8_rows32_256_c2a5220_h200.md). 17-31 rows not swept.
+WGMMA_MIN_ROWS_TILE_MAJOR = 32
 
 
 # Stages of the tensor-copy form by token tile, either layout (sweep_w8a8_tma_ff9af0f_h200.md: both
@@ -398,7 +404,7 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     (WG256_CTAS), by the producer-warp kernel from K = WG256_WS_MIN_K; both operands by tensor copies;
     K split over a cluster where the tiles are few), or None where the decode kernels run."""
     tiles_n = -(-n // 128)
-    if rows < WGMMA_MIN_ROWS or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
+    if rows < (WGMMA_MIN_ROWS_TILE_MAJOR if packed else WGMMA_MIN_ROWS) or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
         return None
     if packed and rows > 128 and WG256_CTAS[0] <= -(-rows // 256) * tiles_n <= WG256_CTAS[1]:
         return GemmCfg(stages=WGMMA_TMA_STAGES[256], wg=256, packed=1, tma=2, ws=int(k >= WG256_WS_MIN_K))

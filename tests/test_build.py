@@ -4,6 +4,7 @@ sm_90a through NVRTC with the run-time options, no local memory in the hot kerne
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import shutil
 
@@ -138,7 +139,8 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
     """Every W8A8 schedule, shipped or swept, asks for at most the 227 KB of shared memory a Hopper
     CTA may have (the launch would fail on the GPU otherwise), and a one-warpgroup fp8 schedule
     lets two CTAs share a multiprocessor's 228 KB; int8's warpgroup-MMA kernel, whose K order is
-    not the decode kernels', is chosen and named for int8 only, from WGMMA_MIN_ROWS rows and with
+    not the decode kernels', is chosen and named for int8 only, from WGMMA_MIN_ROWS rows
+    (WGMMA_MIN_ROWS_TILE_MAJOR on tile-major weights) and with
     at least WGMMA_MIN_CTAS CTAs; the fp8 warpgroup kernel (f16 MMAs, the decode kernels' bits)
     for fp8 only, from 64 rows."""
     limit = 227 * 1024
@@ -159,19 +161,18 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
             assert not _build.gemm_config(fmt, rows, 34816, 5120).wg
     with pytest.raises(ValueError):
         _build.WGMMA_FP8.name(_build.FMT_INT8, 4, "__nv_bfloat16", "float")
-    for rows in range(1, 257, 7):
-        for n in (16, 2048, 4096, 5120, 16384, 34816):
-            cfg = _build.wgmma_config(rows, n, 4096, False)
-            if cfg is None:
-                continue
-            assert rows >= _build.WGMMA_MIN_ROWS
-            assert -(-rows // cfg.wg) * -(-n // 128) * cfg.split >= _build.WGMMA_MIN_CTAS
-            # A K split keeps one wave and a few chunks a CTA.
-            assert cfg.split == 1 or (-(-rows // cfg.wg) * -(-n // 128) * cfg.split <= _build.WGMMA_SPLIT_CTAS[cfg.split]
-                                      and 4096 // 128 // cfg.split >= _build.SPLIT_MIN_CHUNKS)
-            assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096) == cfg
-            fp8 = _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096)
-            assert not fp8.wg or fp8.f16, fp8
+    for rows, n, packed in itertools.product(range(1, 257, 7), (16, 2048, 4096, 5120, 16384, 34816), (False, True)):
+        cfg = _build.wgmma_config(rows, n, 4096, packed)
+        if cfg is None:
+            continue
+        assert rows >= (_build.WGMMA_MIN_ROWS_TILE_MAJOR if packed else _build.WGMMA_MIN_ROWS)
+        assert -(-rows // cfg.wg) * -(-n // 128) * cfg.split >= _build.WGMMA_MIN_CTAS
+        # A K split keeps one wave and a few chunks a CTA.
+        assert cfg.split == 1 or (-(-rows // cfg.wg) * -(-n // 128) * cfg.split <= _build.WGMMA_SPLIT_CTAS[cfg.split]
+                                  and 4096 // 128 // cfg.split >= _build.SPLIT_MIN_CHUNKS)
+        assert _build.gemm_config(_build.FMT_INT8, rows, n, 4096, packed) == cfg
+        fp8 = _build.gemm_config(_build.FMT_FP8_CHANNEL, rows, n, 4096, packed)
+        assert not fp8.wg or fp8.f16, fp8
 
 
 def test_int8_256_token_tiles_only_where_they_fill_one_wave():
