@@ -360,8 +360,9 @@ WGMMA_MIN_CTAS = 32
 # and 48 rows (after the epilogue fix of c2a5220, both operands by tensor copies): [12288, 2048]
 # 10.4 us, [16384, 5120] 25.5, [34816, 5120] 54.3, [5120, 6144] 13.6 and [5120, 17408] 29.2 (split
 # 2), against 16.1, 34.3, 67.4, 20.1 and 43.1 for the whole projection on the decode kernel at 32
-# rows (w8a8_rows32_256_c2a5220_h200.md). 17-31 rows not swept.
-WGMMA_MIN_ROWS_TILE_MAJOR = 32
+# rows (w8a8_rows32_256_c2a5220_h200.md). The warpgroup kernel's 64-token tile takes about as
+# long at 17 rows as at 32, so from 17: w8a8_int8_rows17_48_*_h200.md.
+WGMMA_MIN_ROWS_TILE_MAJOR = 17
 
 
 # Stages of the tensor-copy form by token tile, either layout (sweep_w8a8_tma_ff9af0f_h200.md: both
