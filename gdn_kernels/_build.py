@@ -299,7 +299,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   (two for fp8 per channel at long K) gains 0.2-2 us where the weight is large or K long;
     #   block fp8 at 1-8 rows spills with it at three CTAs a multiprocessor and keeps none;
     # - the same, with the quantizers launched programmatically dependent too (PDL_QUANT_W8A8;
-    #   sweep_w8a8_pre_pdlq_ec3d433_h200.md, two runs): the next GEMM's CTAs now start during the
+    #   sweep_w8a8_pre_pdlq_ec3d433_h200.md and its _run1): the next GEMM's CTAs start during the
     #   previous GEMM's tail, so where every CTA is resident at once more of its slice is staged:
     #   all four chunks a warp on the small weight (int8, fp8 per channel), four for int8 at 1-4
     #   rows and two for fp8 per channel on the one-wave [5120, 6144]; one for int8 on the large
@@ -308,7 +308,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
     if tiles == 1:
-        # The row-major rules, with staging.
+        # The row-major schedules with staging; the small weight's own.
         cfg = gemm_config(fmt, rows, n, k)
         one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
         if small:
@@ -361,7 +361,7 @@ WGMMA_MIN_CTAS = 32
 # 10.4 us, [16384, 5120] 25.5, [34816, 5120] 54.3, [5120, 6144] 13.6 and [5120, 17408] 29.2 (split
 # 2), against 16.1, 34.3, 67.4, 20.1 and 43.1 for the whole projection on the decode kernel at 32
 # rows (w8a8_rows32_256_c2a5220_h200.md). The warpgroup kernel's 64-token tile takes about as
-# long at 17 rows as at 32, so from 17: w8a8_int8_rows17_48_*_h200.md.
+# long at 17 rows as at 32, so from 17 (w8a8_int8_rows17_48_ab_h200.md: 10-30% faster at 17-24 rows).
 WGMMA_MIN_ROWS_TILE_MAJOR = 17
 
 
