@@ -301,9 +301,10 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     # - the same, with the quantizers launched programmatically dependent too (PDL_QUANT_W8A8;
     #   sweep_w8a8_pre_pdlq_ec3d433_h200.md and its _run1): the next GEMM's CTAs start during the
     #   previous GEMM's tail, so where every CTA is resident at once more of its slice is staged:
-    #   all four chunks a warp on the small weight (int8, fp8 per channel), four for int8 at 1-4
-    #   rows and two for fp8 per channel on the one-wave [5120, 6144]; one for int8 on the large
-    #   weights, one for block fp8 on the small weight and at 16 rows (where it fits).
+    #   four chunks a warp on the small weights (int8, fp8 per channel; all of [2048, 4096]'s),
+    #   four for int8 at 1-4 rows and two for fp8 per channel on the one-wave short-K weights
+    #   ([5120, 6144]); one for int8's other one-tile schedules ([16384, 5120] and up, [5120,
+    #   17408]), one for block fp8 on the small weights and at 16 rows (deeper spills or loses).
     tiles = gemm_tiles(rows)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
