@@ -309,12 +309,12 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
     if tiles == 1:
-        # The row-major schedules with staging; the small weight's own.
-        cfg = gemm_config(fmt, rows, n, k)
-        one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
         if small:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
                     FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
+        # The row-major schedules, with staging.
+        cfg = gemm_config(fmt, rows, n, k)
+        one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
         if fmt == FMT_FP8_CHANNEL:
             pre = 2 if k >= 8192 or one_wave else 1
         elif fmt == FMT_INT8:
