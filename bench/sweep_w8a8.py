@@ -35,14 +35,16 @@ def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str
         return f"{v:.2f}" if isinstance(v, float) else str(v)
 
     for r in records:
-        cells = [cell(r[f]) for f in fixed.values()] + [cell(r["schedules"].get(kk, "")) for kk in keys]
+        cells = [cell(r.get(f, "")) for f in fixed.values()] + [cell(r["schedules"].get(kk, "")) for kk in keys]
         lines.append("| " + " | ".join(cells) + " |")
     (outdir / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
 def schedule_key(cfg) -> str:
     """The column name of a schedule (see the caption)."""
-    if cfg.wg:
+    if cfg.ring:
+        name = f"stream_r{cfg.ring}" + (f"_x{cfg.stash >> 10}" if cfg.stash else "")
+    elif cfg.wg:
         name = ((f"f16x{cfg.f16}_" if cfg.f16 else "") + f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
                 + ("_ovl" if cfg.overlap else "") + (f"_k{cfg.split}" if cfg.split > 1 else "") + ("_ws" if cfg.ws else ""))
     elif cfg.stages:
@@ -50,6 +52,11 @@ def schedule_key(cfg) -> str:
     else:
         name = f"m{cfg.m}_u{cfg.unroll}_p{cfg.pipe}_b{cfg.min_blocks}"
     return ("packed_" if cfg.packed else "") + name
+
+
+def pre_key(cfg) -> str:
+    """The column name of a schedule in the staging sweep (--pre)."""
+    return schedule_key(cfg) + ("" if cfg.ring else f"_pre{cfg.pre}")
 
 
 def main() -> int:
@@ -107,6 +114,8 @@ def main() -> int:
                     _build.PDL_ENABLED = True
                     rec["proj_pdl_us"] = bench.time_graph([proj(w) for w in weights], stream, args.replays)
                     _build.PDL_ENABLED = pdl
+                    if packed_weights:
+                        rec["proj_tm_us"] = bench.time_graph([proj(w) for w in packed_weights], stream, args.replays)
                     quant = [lambda w=first: ctx.quantize_activations(w, x.data.ptr, k, rows, stream.ptr)] * nrot
                     rec["quant_us"] = bench.time_graph(quant, stream, args.replays)
                     # The shipped schedule's bits, then every schedule against them.
@@ -114,6 +123,11 @@ def main() -> int:
                     tiles = _build.gemm_tiles(rows)
                     if args.pre:
                         cfgs, family, x_ptr = _build.pre_sweep_cfgs(tiles), "w8a8_gemm_pre_sweep", x.data.ptr
+                        if args.only:
+                            cfgs = tuple(c for c in cfgs if re.search(args.only, pre_key(c)))
+                            family = _build.subset_family(family, [
+                                _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
+                                for c in cfgs])
                     else:
                         code = _FMT[first.format]
                         cfgs = _build.sweep_cfgs(tiles) + _build.wgmma_sweep_cfgs(code, tiles)
@@ -129,7 +143,7 @@ def main() -> int:
                                 _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
                                 for c in cfgs])
                     for cfg in cfgs:
-                        key = schedule_key(cfg) + (f"_pre{cfg.pre}" if args.pre else "")
+                        key = pre_key(cfg) if args.pre else schedule_key(cfg)
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()
@@ -154,10 +168,12 @@ def main() -> int:
                "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands), f16xW_wg64_sN_tma2 (fp8: the "
                "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs); _kS: int8's K split over a cluster of S CTAs a tile; _ws: int8's producer-warp kernel; packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
-               "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
-               "proj = quantizer + GEMM on row-major weights, plain and PDL.")
+               "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights, "
+               "stream_rS the persistent streaming kernel with a ring of S 16 KB stages; "
+               "proj = quantizer + GEMM on row-major weights, plain and PDL; proj tile-major: the shipped "
+               "projection on the tile-major weights (--packed, --pre).")
     fixed = {"format": "format", "N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "quant": "quant_us",
-             "proj": "proj_us", "proj PDL": "proj_pdl_us"}
+             "proj": "proj_us", "proj PDL": "proj_pdl_us", "proj tile-major": "proj_tm_us"}
     write_sweep(Path(args.out), args.name, meta, records, caption, fixed)
     return 0
 
