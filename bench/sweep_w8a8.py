@@ -42,9 +42,7 @@ def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str
 
 def schedule_key(cfg) -> str:
     """The column name of a schedule (see the caption)."""
-    if cfg.ring:
-        name = f"stream_r{cfg.ring}" + (f"_x{cfg.stash >> 10}" if cfg.stash else "")
-    elif cfg.wg:
+    if cfg.wg:
         name = ((f"f16x{cfg.f16}_" if cfg.f16 else "") + f"wg{cfg.wg}_s{cfg.stages}" + (f"_tma{cfg.tma}" if cfg.tma else "")
                 + ("_ovl" if cfg.overlap else "") + (f"_k{cfg.split}" if cfg.split > 1 else "") + ("_ws" if cfg.ws else ""))
     elif cfg.stages:
@@ -56,7 +54,7 @@ def schedule_key(cfg) -> str:
 
 def pre_key(cfg) -> str:
     """The column name of a schedule in the staging sweep (--pre)."""
-    return schedule_key(cfg) + ("" if cfg.ring else f"_pre{cfg.pre}")
+    return schedule_key(cfg) + f"_pre{cfg.pre}"
 
 
 def main() -> int:
@@ -168,8 +166,7 @@ def main() -> int:
                "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands), f16xW_wg64_sN_tma2 (fp8: the "
                "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs); _kS: int8's K split over a cluster of S CTAs a tile; _ws: int8's producer-warp kernel; packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
-               "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights, "
-               "stream_rS the persistent streaming kernel with a ring of S 16 KB stages; "
+               "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL; proj tile-major: the shipped "
                "projection on the tile-major weights (--packed, --pre).")
     fixed = {"format": "format", "N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "quant": "quant_us",

@@ -143,9 +143,7 @@ class GemmCfg:
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
     warps of chunks, their sums added in the decode kernel's order. ``ws`` 1 (int8, ``tma`` 2,
     unsplit): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
-    release barriers in place of the block barrier. ``ring`` > 0 (tile-major, 1-16 rows):
-    w8a8_stream_kernel instead, persistent (a CTA a multiprocessor, see :meth:`grid`), the weight
-    streamed by a producer warp through a ring of that many 16 KB shared-memory stages. No
+    release barriers in place of the block barrier. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -164,15 +162,11 @@ class GemmCfg:
     overlap: int = 0
     split: int = 1
     ws: int = 0
-    ring: int = 0
-    stash: int = 0
 
     @property
     def threads(self) -> int:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
-        if self.ring:
-            return 32 * GEMM_WARPS + 32  # the consumer warps and the producer warp
         return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * self.ws
 
     @property
@@ -184,9 +178,7 @@ class GemmCfg:
     def smem(self) -> int:
         """Dynamic shared memory of a CTA in bytes: for the tiled kernel a 16 KB weight and an 8 KB
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
-        stages before waiting on the quantizer; for the streaming kernel its ring."""
-        if self.ring:
-            return self.ring * STREAM_STAGE_BYTES + self.stash
+        stages before waiting on the quantizer."""
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
             # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
@@ -201,13 +193,7 @@ class GemmCfg:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
 
-    def grid(self, rows: int, n: int, tiles: int, sms: int | None = None) -> tuple[int, int, int]:
-        """The launch grid; the streaming kernel's (``ring``) is one CTA a multiprocessor (``sms``:
-        the device's count), at most one a 16-row tile."""
-        if self.ring:
-            if not sms:
-                raise ValueError("the streaming kernel's grid needs the device's multiprocessor count")
-            return (-(-rows // (8 * tiles)), min(-(-n // 16), sms), 1)
+    def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
             return (-(-rows // self.wg), -(-n // self.rows_tile), self.split)
         if self.stages:
@@ -221,10 +207,6 @@ class GemmCfg:
         return ("128s128s" if self.tma else "") + "PPPPPqiii"
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
-        if self.ring:
-            if not self.packed or tiles > 2:
-                raise ValueError("the streaming kernel reads tile-major weights, at most 16 rows")
-            return f"w8a8_stream_kernel<{fmt}, {tiles}, {self.ring}, {self.stash}, {out_t}, {scale_t}>"
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2 or self.split not in (1, 2, 4):
                 raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies, in clusters "
@@ -255,9 +237,6 @@ class GemmCfg:
         return (f"w8a8_gemm_kernel<{fmt}, {GEMM_WARPS}, {tiles}, {self.m}, {self.unroll}, {self.pipe}, "
                 f"{self.min_blocks}, {self.packed}, {self.pre}, {out_t}, {scale_t}>")
 
-
-# Bytes of one stage of the streaming kernel's ring: eight 128-wide chunks of a 16-row tile.
-STREAM_STAGE_BYTES = GEMM_WARPS * 2048
 
 # The schedule of each tile count before shape tuning (the one the sweep compares with).
 GEMM_BASE = {1: GemmCfg(1, 4, 0, 1), 2: GemmCfg(1, 2, 0, 1), 4: GemmCfg(1, 2, 0, 1)}
@@ -568,11 +547,6 @@ PRE_SWEEP_BASES = {
 }
 
 
-# The streaming kernel's ring depths in that sweep (16 KB a stage; two CTAs a multiprocessor
-# leave room for 6).
-STREAM_SWEEP_RINGS = ((3, 0), (6, 0), (2, 40960), (3, 40960))
-
-
 def pre_sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     """Tile-major schedules of the staging sweep for a tile count (1 or 2): every base with
     ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows."""
@@ -582,8 +556,6 @@ def pre_sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
             cfg = GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, 0, packed=1, pre=pre)
             if cfg.smem * c.min_blocks <= 200 * 1024:
                 cfgs.append(cfg)
-    if tiles in PRE_SWEEP_BASES:
-        cfgs += [GemmCfg(packed=1, ring=r, stash=x) for r, x in STREAM_SWEEP_RINGS]
     return tuple(cfgs)
 
 

@@ -327,14 +327,12 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
 
 
 def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep",
-                       x_ptr: int | None = None, sms: int | None = None):
+                       x_ptr: int | None = None):
     """A callable that launches the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
     ``_build.GemmCfg``), writing bf16 ``out``: for the schedule sweep and the tests that every
     schedule gives the same bits. Without ``x_ptr`` it runs only the GEMM, on the activations
     already in ``ctx``'s workspace; with it (bf16 [rows, K], row stride K) the whole projection
-    as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it.
-    ``sms`` caps the streaming kernel's grid below the device's multiprocessor count (a test
-    gives each CTA many tiles)."""
+    as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
@@ -342,7 +340,7 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
     kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
     xq, xs = ctx.workspace
-    grid = cfg.grid(rows, w.n, tiles, sms or ctx.sm_count)
+    grid = cfg.grid(rows, w.n, tiles)
     maps = ctx.tma_maps(w, cfg)
 
     def launch():

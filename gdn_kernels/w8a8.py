@@ -136,8 +136,6 @@ class W8a8Ctx:
         self.max_rows = int(max_rows)
         self.max_k = int(max_k)
         self.modules = _build.device_modules(self.device_id)
-        # The persistent streaming kernel runs a CTA a multiprocessor.
-        self.sm_count = int(cupy.cuda.runtime.getDeviceProperties(self.device_id)["multiProcessorCount"])
         with cupy.cuda.Device(self.device_id):
             self._xq = cupy.empty(self.max_rows * self.max_k, cupy.uint8)
             self._xs = cupy.empty(self.max_rows * (self.max_k // FP8_BLOCK), cupy.float32)
@@ -252,7 +250,7 @@ class W8a8Ctx:
             cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
             gemm, cfg = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
             xmap = self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg) if cfg.tma else None
-            entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles, self.sm_count), cfg.threads, xmap)
+            entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles), cfg.threads, xmap)
         gemm, cfg, grid, threads, xmap = entry
         # The weight's tensor map depends on its address too: looked up by it.
         maps = (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile), xmap) if xmap else ()

@@ -84,66 +84,6 @@ __device__ __forceinline__ void mma_chunk(Acc (&d)[4], const uint32_t (&a)[4],
   }
 }
 
-// One 128-wide chunk of one 16-row weight tile against kTiles token tiles, as every decode-order
-// kernel does it: w the lane's four 16-byte pieces (row g half 0, row g+8 half 0, row g half 1,
-// row g+8 half 1), x[j] its two 16-byte halves of token tile j. Half h of the chunk is two k32
-// MMAs, A from pieces 2h and 2h + 1, B from x[j][h]'s two 8-byte halves. int8 adds the MMAs
-// straight into acc (exact int32 sums); fp8 forms the chunk's partial from zero (the four MMAs of
-// a token tile in h order) and promotes it into the fp32 register accumulator in chunk order,
-// scaled by sx[token] * sw for block scales (sx and sw are read for block scales only): the
-// arithmetic every fp8 kernel of this file keeps. kTokenOuter takes one token tile's four MMAs
-// after the other's (one partial live at a time, fewer registers) instead of both halves in turn;
-// each tile's MMAs and their order are the same, so the bits are too.
-template <int kFmt, int kTiles, bool kTokenOuter = false, typename Acc>
-__device__ __forceinline__ void chunk_mma(Acc (&acc)[kTiles][4], const uint4 (&w)[4], const uint4 (&x)[kTiles][2],
-                                          const float (&sx)[kTiles][2], const float& sw) {
-  Acc part[kTokenOuter ? 1 : kTiles][4];
-  auto mma_half = [&](int j, int h) {
-    const uint4 ra = w[2 * h], rb = w[2 * h + 1];
-    const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
-    const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
-    const uint4 xb = x[j][h];
-    const uint32_t x0[2] = {xb.x, xb.y};
-    const uint32_t x1[2] = {xb.z, xb.w};
-    auto& d = kFmt == kInt8 ? acc[j] : part[kTokenOuter ? 0 : j];
-    mma_chunk<kFmt>(d, a0, x0);
-    mma_chunk<kFmt>(d, a1, x1);
-  };
-  auto promote = [&](int j) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const Acc p = part[kTokenOuter ? 0 : j][r];
-      if constexpr (kFmt == kFp8Block) {
-        acc[j][r] = gdn::fma_rn(p, gdn::mul_rn(sx[j][r & 1], sw), acc[j][r]);
-      } else if constexpr (kFmt == kFp8Channel) {
-        acc[j][r] = gdn::add_rn(acc[j][r], p);
-      }
-    }
-  };
-  auto clear = [&](int j) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) part[kTokenOuter ? 0 : j][r] = Acc(0);
-  };
-  if constexpr (kTokenOuter) {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      clear(j);
-      mma_half(j, 0);
-      mma_half(j, 1);
-      promote(j);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) clear(j);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) mma_half(j, h);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) promote(j);
-  }
-}
-
 // Adds the finished sums of decode warp v (acc) into the total as w8a8_gemm_kernel's reduction
 // does (the first taken as it is, then add_rn in warp order; int8 exactly), and clears acc.
 template <int kFmt, typename Acc>
@@ -315,7 +255,48 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int u = 0; u < kU; ++u) {
       if (c0 + u * kWarps < chunks) {
 #pragma unroll
-        for (int m = 0; m < kM; ++m) chunk_mma<kFmt, kTiles>(acc[m], b.w[u][m], b.x[u], b.sx[u], b.sw[u][m]);
+        for (int m = 0; m < kM; ++m) {
+          Acc part[kTiles][4];
+#pragma unroll
+          for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) part[j][r] = Acc(0);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint4 ra = b.w[u][m][2 * h], rb = b.w[u][m][2 * h + 1];
+            const uint32_t a0[4] = {ra.x, rb.x, ra.y, rb.y};
+            const uint32_t a1[4] = {ra.z, rb.z, ra.w, rb.w};
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) {
+              const uint4 xb = b.x[u][j][h];
+              const uint32_t x0[2] = {xb.x, xb.y};
+              const uint32_t x1[2] = {xb.z, xb.w};
+              if constexpr (kFmt == kInt8) {
+                mma_chunk<kFmt>(acc[m][j], a0, x0);
+                mma_chunk<kFmt>(acc[m][j], a1, x1);
+              } else {
+                mma_chunk<kFmt>(part[j], a0, x0);
+                mma_chunk<kFmt>(part[j], a1, x1);
+              }
+            }
+          }
+          // Each 128-wide chunk's partial (four MMAs from zero) is promoted to an fp32 register
+          // accumulator (scaled by sx[token, kb] * sw[nb, kb] for block scales), in chunk order:
+          // the arithmetic every fp8 kernel of this file keeps.
+          if constexpr (kFmt == kFp8Block) {
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+              for (int r = 0; r < 4; ++r)
+                acc[m][j][r] = gdn::fma_rn(part[j][r], gdn::mul_rn(b.sx[u][j][r & 1], b.sw[u][m]),
+                                           acc[m][j][r]);
+          } else if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+              for (int r = 0; r < 4; ++r) acc[m][j][r] = gdn::add_rn(acc[m][j][r], part[j][r]);
+          }
+        }
       }
     }
   };
@@ -427,199 +408,6 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       y = sum;
     }
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-  }
-}
-
-// ---- Rows 1-16, persistent: the weight streamed through a ring of shared-memory stages ----
-//
-// One CTA a multiprocessor (the grid is at most the multiprocessor count), each a contiguous
-// share of the tile-major weight's 16-row tiles. A producer warp copies the share in order, eight
-// 128-wide chunks of one tile (16 KB, contiguous in the tile-major layout) a stage, by bulk copies
-// into a ring of kStages stages; it never waits on the kernel before, so with programmatic
-// dependent launch the ring fills while the previous projection still runs, and keeps filling
-// while the 8 consumer warps reduce a tile. Consumer warp w takes chunk w of every stage, so a
-// tile's chunks w, w + 8, ... go to warp w in order, each through chunk_mma with the activations
-// loaded one stage ahead; at a tile's last stage the warps' sums are reduced in warp order and
-// written. That is w8a8_gemm_kernel's arithmetic (kWarps = 8, kM = 1), so every output bit is the
-// decode kernel's, at any grid size. At most 80 KB of ring and two CTAs a multiprocessor by
-// registers, so the next projection's CTAs fit beside this one's and start their copies early.
-// Tile-major weights only (the stage is one contiguous copy there); rows <= 8 kTiles a token block.
-template <int kFmt, int kTiles, int kStages, int kStash, typename OutT, typename SwT>
-__global__ void __launch_bounds__(288, 2)
-w8a8_stream_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                   OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  gdn::pdl_launch_dependents();
-  using Acc = typename AccOf<kFmt>::type;
-  constexpr int kWarps = 8, kStage = kWarps * 2048, kFrags = kTiles * 4;
-  extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  __shared__ Acc red[2][kWarps][kFrags][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunks = K >> 7, groups = (chunks + kWarps - 1) / kWarps;
-  const int n_tiles = (N + 15) >> 4;
-  const int t_begin = (int)((long long)blockIdx.y * n_tiles / gridDim.y);
-  const int t_end = (int)((long long)(blockIdx.y + 1) * n_tiles / gridDim.y);
-  const int steps = (t_end - t_begin) * groups;
-  const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
-  const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(full);
-  const uint32_t empty_s = (uint32_t)__cvta_generic_to_shared(empty);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      gdn::mbar_init(full_s + 8 * s, 1);
-      gdn::mbar_init(empty_s + 8 * s, kWarps);
-    }
-    gdn::mbar_init_fence();
-  }
-  __syncthreads();
-
-  if (warp == kWarps) {
-    // Producer: stage i is chunks 8 g .. 8 g + 7 (those below K) of tile t_begin + i / groups.
-    if (lane == 0) {
-      for (int i = 0; i < steps; ++i) {
-        const int s = i % kStages, g = i % groups;
-        const long long tile = t_begin + i / groups;
-        const uint32_t bytes = (uint32_t)min(kWarps, chunks - kWarps * g) * 2048u;
-        gdn::mbar_wait(empty_s + 8 * s, ((i / kStages) & 1) ^ 1);
-        gdn::mbar_arrive_expect_tx(full_s + 8 * s, bytes);
-        gdn::bulk_load_stream(ring_s + s * kStage, w + (tile * chunks + kWarps * g) * 2048, bytes, full_s + 8 * s);
-      }
-    }
-    return;
-  }
-
-  // Consumers. Token tile j's lane rows (clamped to valid memory, never stored past rows).
-  const int g_ = lane >> 2, t = lane & 3;
-  const int tok0 = blockIdx.x * 8 * kTiles;
-  const uint8_t* p_x[kTiles];
-  int i_tok[kTiles][2];
-  // kStash: bytes after the ring that hold the token block's quantized rows when they fit, so
-  // that the activations are read from shared memory rather than L2 at every stage.
-  uint8_t* const stash = ring + kStages * kStage;
-  const int blk_rows = min(8 * kTiles, rows - tok0);
-  const bool stashed = kStash > 0 && blk_rows * K <= kStash;
-  const uint8_t* s_x[kTiles];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    s_x[j] = stash + (long long)min(j * 8 + g_, blk_rows - 1) * K + t * 16;
-    p_x[j] = xq + (long long)min(tok0 + j * 8 + g_, rows - 1) * K + t * 16;
-    i_tok[j][0] = min(tok0 + j * 8 + 2 * t, rows - 1);
-    i_tok[j][1] = min(tok0 + j * 8 + 2 * t + 1, rows - 1);
-  }
-  struct Act {
-    uint4 x[kTiles][2];
-    float sx[kTiles][2];  // block scales only
-  };
-  // The activations of this warp's chunk of stage group g: written by the quantizer, read after
-  // the wait.
-  auto load_x = [&](Act& a, int g) {
-    const int c = kWarps * g + warp;
-    if (c < chunks) {
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        if (stashed) {
-          a.x[j][0] = *reinterpret_cast<const uint4*>(s_x[j] + c * 128);
-          a.x[j][1] = *reinterpret_cast<const uint4*>(s_x[j] + c * 128 + 64);
-        } else {
-          a.x[j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
-          a.x[j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 64);
-        }
-        if constexpr (kFmt == kFp8Block) {
-          a.sx[j][0] = gdn::ld_dep(sx + (long long)i_tok[j][0] * chunks + c);
-          a.sx[j][1] = gdn::ld_dep(sx + (long long)i_tok[j][1] * chunks + c);
-        }
-      }
-    }
-  };
-  Acc acc[kTiles][4];
-  // Stage i: ring slot s, its pass's parity ph, chunk group g of tile `tile` (advanced a step at
-  // a time).
-  int s = 0, g = 0, tile = t_begin;
-  uint32_t ph = 0;
-  auto step = [&](const Act& a) {
-    const int c = kWarps * g + warp;
-    if (g == 0) {
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[j][r] = Acc(0);
-    }
-    gdn::mbar_wait(full_s + 8 * s, ph);
-    if (c < chunks) {
-      const uint8_t* src = ring + s * kStage + warp * 2048 + lane * 16;
-      uint4 wv[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) wv[j] = *reinterpret_cast<const uint4*>(src + 512 * j);
-      float swv = 0.f;
-      if constexpr (kFmt == kFp8Block) swv = to_float(sw[(long long)((16 * tile) >> 7) * chunks + c]);
-      chunk_mma<kFmt, kTiles, true>(acc, wv, a.x, a.sx, swv);
-    }
-    __syncwarp();
-    if (lane == 0) gdn::mbar_arrive(empty_s + 8 * s);
-    if (g == groups - 1) {
-      // The tile's reduction in warp order, then the epilogue (w8a8_gemm_kernel's, kM = 1); the
-      // two buffers alternate by tile, so one barrier a tile orders each reuse.
-      auto& r_ = red[(tile - t_begin) & 1];
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) r_[warp][j * 4 + r][lane] = acc[j][r];
-      gdn::named_sync(1, kWarps * 32);
-      for (int e = threadIdx.x; e < kFrags * 32; e += kWarps * 32) {
-        const int f = e >> 5, l = e & 31, j = f >> 2, r = f & 3;
-        const int n = 16 * tile + (l >> 2) + (r >> 1) * 8;
-        const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
-        if (n >= N || tok >= rows) continue;
-        Acc sum = r_[0][f][l];
-#pragma unroll
-        for (int v = 1; v < kWarps; ++v) {
-          if constexpr (kFmt == kInt8) {
-            sum += r_[v][f][l];
-          } else {
-            sum = gdn::add_rn(sum, r_[v][f][l]);
-          }
-        }
-        float y;
-        if constexpr (kFmt == kInt8) {
-          y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), gdn::ld_dep(sx + tok)), to_float(sw[n]));
-        } else if constexpr (kFmt == kFp8Channel) {
-          y = gdn::mul_rn(gdn::mul_rn(sum, gdn::ld_dep(sx + tok)), to_float(sw[n]));
-        } else {
-          y = sum;
-        }
-        out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-      }
-    }
-    if (++s == kStages) s = 0, ph ^= 1;
-    if (++g == groups) g = 0, ++tile;
-  };
-
-  gdn::pdl_wait();
-  if (stashed) {
-    const uint8_t* src = xq + (long long)tok0 * K;
-    for (int e = threadIdx.x; e < blk_rows * K / 16; e += kWarps * 32) gdn::cp_async16(stash + 16 * e, src + 16 * e);
-    gdn::cp_async_commit();
-    gdn::cp_async_wait<0>();
-    gdn::named_sync(1, kWarps * 32);
-  }
-  Act a0, a1;
-  if constexpr (kFmt == kFp8Block && kTiles == 2) {
-    // No registers for a second buffer at 96 a thread: each stage's activations are requested
-    // before waiting for its weight.
-    for (int i = 0; i < steps; ++i) {
-      load_x(a0, g);
-      step(a0);
-    }
-    return;
-  }
-  // The activations one stage ahead (chunk group g + 1, cyclically), in two alternating buffers.
-  if (steps > 0) load_x(a0, 0);
-  for (int i = 0; i < steps; i += 2) {
-    if (i + 1 < steps) load_x(a1, g + 1 == groups ? 0 : g + 1);
-    step(a0);
-    if (i + 1 >= steps) break;
-    if (i + 2 < steps) load_x(a0, g + 1 == groups ? 0 : g + 1);
-    step(a1);
   }
 }
 

@@ -38,7 +38,7 @@ class FakeMaps:
 def cpu_ctx(max_rows: int = 256):
     """A W8a8Ctx without its device set-up: every shipped schedule a fake kernel."""
     ctx = object.__new__(W8a8Ctx)
-    ctx.max_rows, ctx._xq_ptr, ctx._xs_ptr, ctx.sm_count = max_rows, 0x10000, 0x20000, 132
+    ctx.max_rows, ctx._xq_ptr, ctx._xs_ptr = max_rows, 0x10000, 0x20000
     ctx._gemm_by_shape, ctx._maps = {}, FakeMaps()
     ctx._gemm = {}
     for fmt, code in _FMT.items():
@@ -68,7 +68,7 @@ def test_gemm_launch_carries_the_schedule_grid_and_maps(fmt, layout, n, k):
             cfg = _build.gemm_config(_FMT[fmt], rows, n, k, layout == "tiles16")
             kern, _ = ctx._gemm[(fmt, _build.gemm_tiles(rows), cfg, "bfloat16", "float32")]
             grid, block, stream, args = kern.calls[-1]
-            assert grid == cfg.grid(rows, n, _build.gemm_tiles(rows), 132) and block == cfg.threads and stream == 7
+            assert grid == cfg.grid(rows, n, _build.gemm_tiles(rows)) and block == cfg.threads and stream == 7
             maps = ((("w", qweight, n, k, layout, cfg.rows_tile), ("x", 0x10000, 256, k, cfg.wg)) if cfg.tma
                     else ())
             assert args == (*maps, qweight, qweight + 0x100000, 0x10000, 0x20000, 0x30000, n + 8, n, k, rows)

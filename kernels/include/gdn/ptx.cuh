@@ -185,22 +185,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
-// A bulk copy of `bytes` (a multiple of 16) from global src to shared dst (both 16-byte aligned),
-// completing on barrier `bar`, with the L2 told to evict those lines first: for data read once.
-__device__ __forceinline__ void bulk_load_stream(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "{\n.reg .b64 pol;\ncreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], pol;\n}\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-
-// A barrier of the first `threads` threads of the CTA (whole warps), on hardware barrier `id` (not
-// 0, which __syncthreads uses): for kernels whose other warps run apart.
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Tensor copies global -> shared of one box of `map` at the given coordinates (innermost
 // first), completing on barrier `bar`; dst: a shared address aligned as the map's swizzle needs.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1) {
