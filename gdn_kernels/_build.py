@@ -93,6 +93,10 @@ def compile_options(arch: str = "sm_90a") -> tuple[str, ...]:
     ]
     if os.environ.get("GDN_KERNELS_DEBUG", "0") not in ("", "0"):
         opts.append("-lineinfo")
+    if os.environ.get("GDN_KERNELS_TRACE", "0") not in ("", "0"):
+        # Per-CTA timestamps of the decode-path kernels (kernels/include/gdn/trace.cuh), for
+        # bench/timeline.py only.
+        opts.append("-DGDN_TRACE")
     return tuple(opts)
 
 
@@ -592,7 +596,10 @@ def _sweep_instances() -> tuple[str, ...]:
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
-QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows", "fp8_row_rows")
+QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows", "fp8_row_rows", "int8_split", "fp8_row_split")
+# The per-token quantizers at 1 to QUANT_ROWS_MIN - 1 rows without the cluster: each CTA of a row
+# finds the whole row's amax itself ("_split" kinds; GDN_KERNELS_QUANT_SPLIT=0: the clustered ones).
+QUANT_SPLIT = os.environ.get("GDN_KERNELS_QUANT_SPLIT", "1") not in ("", "0")
 # The per-token kinds run as one CTA a row (the "_rows" kernels) from this many rows.
 QUANT_ROWS_MIN = 64
 ROWS_QUANT_THREADS = 512
@@ -988,6 +995,11 @@ class DeviceModules:
                     mod.compile()
                 self._modules[family] = mod
             return mod
+
+    def is_loaded(self, family: str) -> bool:
+        """Whether ``family`` has been compiled and loaded on this device."""
+        with self._lock:
+            return family in self._modules
 
     def kernel(self, family: str, name: str, fmt: str, smem: int = 0) -> Kernel:
         """The kernel ``name`` of ``family``, launched with ``smem`` bytes of dynamic shared

@@ -87,6 +87,62 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
   }
 }
 
+// quant_row without the cluster: each of the kSplit CTAs of a row finds the whole row's amax
+// itself (the row read kSplit times, from L2) and quantizes its own slice of whole 8-value groups,
+// so no CTA waits on another. The walk of a CTA's amax pass starts at its slice and wraps around
+// the row, so the slice's first kKeep iterations stay in registers for the quantizing pass. The
+// same max and the same per-value steps: the same bytes and scale.
+template <bool kInt8, typename T, int kThreads, int kSplit>
+__device__ __forceinline__ void quant_row_split(const T* __restrict__ x, uint8_t* __restrict__ q,
+                                                float* __restrict__ s, int K, long long ldx) {
+  constexpr int kKeep = 2;
+  __shared__ uint32_t red[kThreads / 32];
+  const long long row = blockIdx.y;
+  const int octets = K >> 3, per = (octets + kSplit - 1) / kSplit;
+  const int o0 = min((int)blockIdx.x * per, octets), own = min(per, octets - o0);
+  const uint4* p_x = reinterpret_cast<const uint4*>(x + row * ldx);
+  uint8_t* p_q = q + row * (long long)K;
+  auto at = [&](int i) { return o0 + i < octets ? o0 + i : o0 + i - octets; };
+  uint4 keep[kKeep];
+  uint32_t amax = 0u;
+#pragma unroll
+  for (int j = 0; j < kKeep; ++j) {
+    const int i = j * kThreads + threadIdx.x;
+    if (i < octets) {
+      keep[j] = __ldg(p_x + at(i));
+      float f[8];
+      gdn::unpack8<T>(keep[j], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+    }
+  }
+#pragma unroll 4
+  for (int i = kKeep * kThreads + threadIdx.x; i < octets; i += kThreads) {
+    float f[8];
+    gdn::unpack8<T>(__ldg(p_x + at(i)), f);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+  }
+  amax = gdn::block_max_bits<kThreads>(amax, red);
+  const float scale = gdn::div_rn(__uint_as_float(amax), kInt8 ? 127.f : 448.f);
+  if (blockIdx.x == 0 && threadIdx.x == 0) s[row] = scale;
+  const bool zero = __float_as_uint(scale) == 0u;
+#pragma unroll
+  for (int j = 0; j < kKeep; ++j) {
+    const int i = j * kThreads + threadIdx.x;
+    if (i < own) {
+      float f[8];
+      gdn::unpack8<T>(keep[j], f);
+      reinterpret_cast<uint2*>(p_q)[o0 + i] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+    }
+  }
+  for (int i = kKeep * kThreads + threadIdx.x; i < own; i += kThreads) {
+    float f[8];
+    gdn::unpack8<T>(__ldg(p_x + o0 + i), f);
+    reinterpret_cast<uint2*>(p_q)[o0 + i] = zero ? make_uint2(0u, 0u) : quant8<kInt8>(f, scale);
+  }
+}
+
 }  // namespace
 
 // Row quantizers run as clusters of this many CTAs a token row.
@@ -103,7 +159,9 @@ act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
+  GDN_TRACE_WAITED();
   quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
 }
 
@@ -116,8 +174,32 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
+  GDN_TRACE_WAITED();
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
+}
+
+// act_quant_int8_kernel and act_quant_fp8_row_kernel without the cluster (quant_row_split):
+// GDN_QUANT_CLUSTER CTAs a row, each the whole row's amax. The same bytes and scales.
+// Grid: (GDN_QUANT_CLUSTER, rows).
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_int8_split_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s, int K,
+                            long long ldx) {
+  GDN_TRACE_CTA(0);
+  gdn::pdl_chain();  // as act_quant_int8_kernel
+  GDN_TRACE_WAITED();
+  quant_row_split<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+}
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+act_quant_fp8_row_split_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
+                               long long ldx) {
+  GDN_TRACE_CTA(0);
+  gdn::pdl_chain();  // as act_quant_int8_kernel
+  GDN_TRACE_WAITED();
+  quant_row_split<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
 // act_quant_int8_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
@@ -152,7 +234,9 @@ act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
+  GDN_TRACE_WAITED();
   const long long row = blockIdx.y;
   const int groups = K >> 7;
   const int lane = threadIdx.x & 31;

@@ -68,7 +68,9 @@ fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t*
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
+  GDN_TRACE_CTA(2);
   gdn::pdl_chain();
+  GDN_TRACE_WAITED();
   __shared__ uint32_t red[kThreads / 32];
   __shared__ uint32_t slot;
   const long long row = blockIdx.x / kCluster;

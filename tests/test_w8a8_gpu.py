@@ -214,12 +214,25 @@ def check_output(hw: HostWeight, x: np.ndarray, y: np.ndarray, dtype: str):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("split", [True, False], ids=["split", "cluster"])
 @given(k=st.sampled_from([128, 2048, 5120, 17408]), rows=st.integers(1, 256),
        dtype=st.sampled_from(["bfloat16", "float16"]), seed=st.integers(0, 2**31 - 1))
 @example(k=5120, rows=64, dtype="bfloat16", seed=1)  # the first row count of int8's one-CTA-a-row quantizer
 @example(k=17408, rows=200, dtype="float16", seed=2)
 @example(k=2048, rows=63, dtype="bfloat16", seed=3)
-def test_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
+def test_quantized_activations_bit_equal(ctx, fmt, split, k, rows, dtype, seed):
+    """The quantizers' bytes and scales equal the reference's: per token below 64 rows both without
+    the cluster (_build.QUANT_SPLIT, each CTA the row's amax) and with it."""
+    from gdn_kernels import _build
+
+    shipped, _build.QUANT_SPLIT = _build.QUANT_SPLIT, split
+    try:
+        run_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed)
+    finally:
+        _build.QUANT_SPLIT = shipped
+
+
+def run_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):
     import cupy
 
     rng = np.random.default_rng(seed)

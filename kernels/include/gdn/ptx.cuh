@@ -1,5 +1,6 @@
 // PTX wrappers for the tensor-core and memory instructions the GEMMs use.
 #pragma once
+#include "gdn/trace.cuh"
 #include "gdn/types.cuh"
 
 namespace gdn {
