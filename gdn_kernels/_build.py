@@ -597,9 +597,13 @@ def _sweep_instances() -> tuple[str, ...]:
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's
 # stacked [gate | up] projection (the input of its down projection).
 QUANT_KINDS = ("int8", "fp8_group", "fp8_row", "int8_rows", "fp8_row_rows", "int8_split", "fp8_row_split")
-# The per-token quantizers at 1 to QUANT_ROWS_MIN - 1 rows without the cluster: each CTA of a row
-# finds the whole row's amax itself ("_split" kinds; GDN_KERNELS_QUANT_SPLIT=0: the clustered ones).
+# The per-token quantizers at 1 to QUANT_ROWS_MIN - 1 rows and K < QUANT_SPLIT_K_BELOW without the
+# cluster: each CTA of a row finds the whole row's amax itself ("_split" kinds; GDN_KERNELS_QUANT_SPLIT=0:
+# the clustered ones everywhere). Whole projections on the H200 (w8a8_rows1_16_split{0,1}_a077941_h200.md):
+# 1-9% faster at K <= 5120, even at K = 6144; at K = 17408 the whole row's amax pass (35 KB a CTA)
+# costs 1-3% more than the cluster's exchange.
 QUANT_SPLIT = os.environ.get("GDN_KERNELS_QUANT_SPLIT", "1") not in ("", "0")
+QUANT_SPLIT_K_BELOW = 8192
 # The per-token kinds run as one CTA a row (the "_rows" kernels) from this many rows.
 QUANT_ROWS_MIN = 64
 ROWS_QUANT_THREADS = 512

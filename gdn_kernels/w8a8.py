@@ -33,8 +33,8 @@ _QUANT_KIND = {
 # fixed at 51f803f, and with this quantizer the test passes since (2600bd5). bench/NOTES.md W8A8 v6,
 # v8, v10.)
 _QUANT_ROWS_KIND = {WeightFormat.INT8: "int8_rows", WeightFormat.FP8_CHANNEL: "fp8_row_rows"}
-# Below that, with _build.QUANT_SPLIT: the same quantizers without the cluster (each CTA of a row
-# finds the row's amax itself; the same bytes and scales).
+# Below that, with _build.QUANT_SPLIT and K < _build.QUANT_SPLIT_K_BELOW: the same quantizers
+# without the cluster (each CTA of a row finds the row's amax itself; the same bytes and scales).
 _QUANT_SPLIT_KIND = {WeightFormat.INT8: "int8_split", WeightFormat.FP8_CHANNEL: "fp8_row_split"}
 # Kernel parameter layouts (struct formats, see _build.Kernel).
 _QUANT_ARGS = "PPPiq"  # x, q, s, K, ldx
@@ -277,7 +277,7 @@ class W8a8Ctx:
         elif rows >= _build.QUANT_ROWS_MIN and fmt in _QUANT_ROWS_KIND:
             kernel, grid, threads = self._quant_rows[(fmt, dtype)], (1, rows, 1), _build.ROWS_QUANT_THREADS
         else:
-            kernels = self._quant_split if _build.QUANT_SPLIT else self._quant
+            kernels = self._quant_split if _build.QUANT_SPLIT and k < _build.QUANT_SPLIT_K_BELOW else self._quant
             kernel, grid, threads = kernels[(fmt, dtype)], (_build.QUANT_CLUSTER, rows, 1), self._quant_threads[fmt]
         (kernel.launch_dependent if _build.PDL_QUANT_W8A8 else kernel.launch)(grid, threads, stream, x, self._xq_ptr,
                                                                           self._xs_ptr, k, ldx)

@@ -222,14 +222,16 @@ def check_output(hw: HostWeight, x: np.ndarray, y: np.ndarray, dtype: str):
 @example(k=2048, rows=63, dtype="bfloat16", seed=3)
 def test_quantized_activations_bit_equal(ctx, fmt, split, k, rows, dtype, seed):
     """The quantizers' bytes and scales equal the reference's: per token below 64 rows both without
-    the cluster (_build.QUANT_SPLIT, each CTA the row's amax) and with it."""
+    the cluster (_build.QUANT_SPLIT, each CTA the row's amax, at K < _build.QUANT_SPLIT_K_BELOW;
+    here at every K) and with it."""
     from gdn_kernels import _build
 
-    shipped, _build.QUANT_SPLIT = _build.QUANT_SPLIT, split
+    shipped = _build.QUANT_SPLIT, _build.QUANT_SPLIT_K_BELOW
+    _build.QUANT_SPLIT, _build.QUANT_SPLIT_K_BELOW = split, 1 << 30
     try:
         run_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed)
     finally:
-        _build.QUANT_SPLIT = shipped
+        _build.QUANT_SPLIT, _build.QUANT_SPLIT_K_BELOW = shipped
 
 
 def run_quantized_activations_bit_equal(ctx, fmt, k, rows, dtype, seed):

@@ -75,3 +75,30 @@ def test_gemm_launch_carries_the_schedule_grid_and_maps(fmt, layout, n, k):
             # The workspace's map is found with the schedule, once a shape; the weight's every call.
             first = qweight == 0x1000000
             assert ctx._maps.asked == ((["x", "w"] if first else ["w"]) if cfg.tma else [])
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_per_token_quantizer_choice(split, monkeypatch):
+    """Below QUANT_ROWS_MIN rows the per-token formats run the cluster-free quantizer at K below
+    QUANT_SPLIT_K_BELOW (with QUANT_SPLIT), the clustered one otherwise, both on a grid of
+    QUANT_CLUSTER CTAs a row; from QUANT_ROWS_MIN rows one CTA a row."""
+    monkeypatch.setattr(_build, "QUANT_SPLIT", split)
+    ctx = object.__new__(W8a8Ctx)
+    ctx._xq_ptr, ctx._xs_ptr = 0x10000, 0x20000
+    kinds = {"_quant": "cluster", "_quant_split": "split", "_quant_rows": "rows"}
+    for attr in kinds:
+        setattr(ctx, attr, {(fmt, d): FakeKernel(attr) for fmt in WeightFormat for d in ("bfloat16", "float16")})
+        for kern in getattr(ctx, attr).values():
+            kern.launch = kern.launch_dependent  # plain launches (PDL off) recorded alike
+    ctx._quant_threads = {fmt: 256 for fmt in WeightFormat}
+    for fmt in (WeightFormat.INT8, WeightFormat.FP8_CHANNEL):
+        for k, rows in ((2048, 1), (5120, 16), (6144, 63), (8192, 1), (17408, 8), (5120, 64)):
+            for attr in kinds:
+                getattr(ctx, attr)[(fmt, "bfloat16")].calls.clear()
+            ctx._quant_launch(fmt, 0x40000, k, rows, k, 7, "bfloat16")
+            want = ("rows" if rows >= _build.QUANT_ROWS_MIN
+                    else "split" if split and k < _build.QUANT_SPLIT_K_BELOW else "cluster")
+            used = [kinds[a] for a in kinds if getattr(ctx, a)[(fmt, "bfloat16")].calls]
+            assert used == [want], (fmt, k, rows, used)
+            grid = getattr(ctx, [a for a in kinds if kinds[a] == want][0])[(fmt, "bfloat16")].calls[0][0]
+            assert grid == ((1, rows, 1) if want == "rows" else (_build.QUANT_CLUSTER, rows, 1))

@@ -21,7 +21,8 @@ __device__ unsigned int gdn_trace_count;
 namespace gdn {
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  // Ordered with the memory accesses around it, so that an exit time follows the CTA's last store.
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
   return t;
 }
 __device__ __forceinline__ unsigned int& trace_slot() {
