@@ -507,6 +507,9 @@ def quant_threads(kind: str) -> int:
 
 
 def quant_instance(kind: str, dtype: str) -> str:
+    if kind.endswith("_split"):
+        # One template for both per-token formats (the kind's first word: int8 or fp8).
+        return f"act_quant_split_kernel<{str(kind.startswith('int8')).lower()}, {OUT_TYPES[dtype]}, {quant_threads(kind)}>"
     return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {quant_threads(kind)}>"
 
 

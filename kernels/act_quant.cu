@@ -180,26 +180,17 @@ act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
-// act_quant_int8_kernel and act_quant_fp8_row_kernel without the cluster (quant_row_split):
+// act_quant_int8_kernel (kInt8) and act_quant_fp8_row_kernel without the cluster (quant_row_split):
 // GDN_QUANT_CLUSTER CTAs a row, each the whole row's amax. The same bytes and scales.
 // Grid: (GDN_QUANT_CLUSTER, rows).
-template <typename T, int kThreads>
+template <bool kInt8, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-act_quant_int8_split_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s, int K,
-                            long long ldx) {
+act_quant_split_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
+                       long long ldx) {
   GDN_TRACE_CTA(0);
   gdn::pdl_chain();  // as act_quant_int8_kernel
   GDN_TRACE_WAITED();
-  quant_row_split<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
-}
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_fp8_row_split_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
-                               long long ldx) {
-  GDN_TRACE_CTA(0);
-  gdn::pdl_chain();  // as act_quant_int8_kernel
-  GDN_TRACE_WAITED();
-  quant_row_split<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
+  quant_row_split<kInt8, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
 // act_quant_int8_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
