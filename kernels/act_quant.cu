@@ -156,10 +156,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
                       int K, long long ldx) {
+  GDN_TRACE_CTA(0);
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
-  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
   GDN_TRACE_WAITED();
   quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
@@ -171,10 +171,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
 act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                          int K, long long ldx) {
+  GDN_TRACE_CTA(0);
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
-  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
   GDN_TRACE_WAITED();
   quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
@@ -222,10 +222,10 @@ template <typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
                            float* __restrict__ s, int K, long long ldx) {
+  GDN_TRACE_CTA(0);
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
-  GDN_TRACE_CTA(0);
   gdn::pdl_chain();
   GDN_TRACE_WAITED();
   const long long row = blockIdx.y;

@@ -122,8 +122,8 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
                    const int8_t* __restrict__ xd, const float* __restrict__ sx,
                    const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
                    int rows) {
-  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   GDN_TRACE_CTA(3);
+  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
   constexpr int kTokens = 8 * kTiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -298,8 +298,8 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
                    const int8_t* __restrict__ xd, const float* __restrict__ sx,
                    const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
                    int rows) {
-  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   GDN_TRACE_CTA(3);
+  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
   constexpr int kTokens = 8 * kTiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -740,8 +740,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
                       const int8_t* __restrict__ xd, const float* __restrict__ sx,
                       const float* __restrict__ gs, OutT* __restrict__ out, long long ldc, int N, int K,
                       int rows) {
-  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   GDN_TRACE_CTA(3);
+  // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
   constexpr int kTokens = 4 * kGroups;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -65,10 +65,10 @@ __global__ void __launch_bounds__(kThreads) __cluster_dims__(kCluster, 1, 1)
 fp4_quant_kernel(const T* __restrict__ x, uint8_t* __restrict__ packed, uint8_t* __restrict__ s,
                  float* __restrict__ gs, int8_t* __restrict__ xd, float* __restrict__ sxf,
                  float static_gs, int K, long long ldx, int masked) {
+  GDN_TRACE_CTA(2);
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
-  GDN_TRACE_CTA(2);
   gdn::pdl_chain();
   GDN_TRACE_WAITED();
   __shared__ uint32_t red[kThreads / 32];

@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  // The next kernel of the stream (the next projection's quantizer) may start launching once
   GDN_TRACE_CTA(1);
+  // The next kernel of the stream (the next projection's quantizer) may start launching once
   // every CTA of this grid has started: it fills the multiprocessors this grid's tail leaves idle
   // and waits for this kernel before touching memory (gdn::pdl_chain).
   gdn::pdl_launch_dependents();
