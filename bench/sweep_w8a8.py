@@ -119,13 +119,9 @@ def main() -> int:
                     # The shipped schedule's bits, then every schedule against them.
                     ctx.proj(first, x.data.ptr, k, rows, ref_out.data.ptr, n, stream.ptr, dtype="bfloat16")
                     tiles = _build.gemm_tiles(rows)
+                    key_of = pre_key if args.pre else schedule_key
                     if args.pre:
                         cfgs, family, x_ptr = _build.pre_sweep_cfgs(tiles), "w8a8_gemm_pre_sweep", x.data.ptr
-                        if args.only:
-                            cfgs = tuple(c for c in cfgs if re.search(args.only, pre_key(c)))
-                            family = _build.subset_family(family, [
-                                _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
-                                for c in cfgs])
                     else:
                         code = _FMT[first.format]
                         cfgs = _build.sweep_cfgs(tiles) + _build.wgmma_sweep_cfgs(code, tiles)
@@ -134,14 +130,14 @@ def main() -> int:
                         if args.wgmma_only:
                             cfgs = tuple(c for c in cfgs if c.wg)
                         family, x_ptr = "w8a8_gemm_sweep", None
-                        if args.only:
-                            # Only the selected schedules are compiled.
-                            cfgs = tuple(c for c in cfgs if re.search(args.only, schedule_key(c)))
-                            family = _build.subset_family(family, [
-                                _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
-                                for c in cfgs])
+                    if args.only:
+                        # Only the selected schedules are compiled.
+                        cfgs = tuple(c for c in cfgs if re.search(args.only, key_of(c)))
+                        family = _build.subset_family(family, [
+                            _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
+                            for c in cfgs])
                     for cfg in cfgs:
-                        key = pre_key(cfg) if args.pre else schedule_key(cfg)
+                        key = key_of(cfg)
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
                         bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()
