@@ -321,8 +321,12 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
         if fmt == FMT_FP8_CHANNEL:
             pre = 2 if k >= 8192 or one_wave else 1
+        elif fmt == FMT_INT8 and cfg.m == 2:
+            pre = 0  # two weight tiles a CTA (int8 at K <= 2048, e.g. [12288, 2048]) stage none
+        elif fmt == FMT_INT8 and one_wave:
+            pre = 4 if rows <= 4 else 0
         elif fmt == FMT_INT8:
-            pre = 0 if cfg.m == 2 else (4 if rows <= 4 else 0) if one_wave else 1
+            pre = 1
         else:
             pre = 0
         return GemmCfg(cfg.m, cfg.unroll, cfg.pipe, cfg.min_blocks, pre=pre)
