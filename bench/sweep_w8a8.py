@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--formats", default="int8,fp8_channel,fp8_block")
     ap.add_argument("--rows", default="1,8,16,32,64")
     ap.add_argument("--shape", action="append", default=[], help="extra N,K (repeatable)")
+    ap.add_argument("--no-model-shapes", action="store_true", help="only the shapes given with --shape")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--packed", action="store_true", help="also time every schedule on tile-major weights")
     ap.add_argument("--wgmma-only", action="store_true", help="time only the warpgroup-MMA schedules")
@@ -71,6 +72,9 @@ def main() -> int:
     ap.add_argument("--pre", action="store_true",
                     help="instead: the shared-memory staging schedules (_build.pre_sweep_cfgs, rows 1-16) on "
                          "tile-major weights, each timed as a whole projection (quantizer + GEMM with PDL)")
+    ap.add_argument("--tiles", default=None,
+                    help="with --pre: 8-token tiles a CTA to time each schedule at (e.g. 1,2), in place of the row "
+                         "count's own; a column of another tile count than the row count's ends in _tN")
     args = ap.parse_args()
 
     import cupy
@@ -78,7 +82,7 @@ def main() -> int:
     from gdn_kernels import W8a8Ctx, _build, bench
     from gdn_kernels.w8a8 import _FMT
 
-    shapes = SHAPES + [tuple(int(v) for v in s.split(",")) for s in args.shape]
+    shapes = ([] if args.no_model_shapes else SHAPES) + [tuple(int(v) for v in s.split(",")) for s in args.shape]
     rows_list = [int(r) for r in args.rows.split(",")]
     meta = bench.base_meta()
     meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
@@ -121,7 +125,9 @@ def main() -> int:
                     tiles = _build.gemm_tiles(rows)
                     key_of = pre_key if args.pre else schedule_key
                     if args.pre:
-                        cfgs, family, x_ptr = _build.pre_sweep_cfgs(tiles), "w8a8_gemm_pre_sweep", x.data.ptr
+                        tile_counts = [int(t) for t in args.tiles.split(",")] if args.tiles else [tiles]
+                        cfgs = [(c, t) for t in tile_counts for c in _build.pre_sweep_cfgs(t)]
+                        family, x_ptr = "w8a8_gemm_pre_sweep", x.data.ptr
                     else:
                         code = _FMT[first.format]
                         cfgs = _build.sweep_cfgs(tiles) + _build.wgmma_sweep_cfgs(code, tiles)
@@ -130,22 +136,27 @@ def main() -> int:
                         if args.wgmma_only:
                             cfgs = tuple(c for c in cfgs if c.wg)
                         family, x_ptr = "w8a8_gemm_sweep", None
+                        cfgs = [(c, tiles) for c in cfgs]
+
+                    def column(cfg, t):
+                        return key_of(cfg) + (f"_t{t}" if t != tiles else "")
+
                     if args.only:
                         # Only the selected schedules are compiled.
-                        cfgs = tuple(c for c in cfgs if re.search(args.only, key_of(c)))
+                        cfgs = [(c, t) for c, t in cfgs if re.search(args.only, column(c, t))]
                         family = _build.subset_family(family, [
-                            _build.gemm_instance(_FMT[first.format], tiles, "bfloat16", first.scale_dtype, c)
-                            for c in cfgs])
-                    for cfg in cfgs:
-                        key = key_of(cfg)
+                            _build.gemm_instance(_FMT[first.format], t, "bfloat16", first.scale_dtype, c)
+                            for c, t in cfgs])
+                    for cfg, t in cfgs:
+                        key = column(cfg, t)
                         ws = packed_weights if cfg.packed else weights
                         out.fill(0xFFFF)
-                        bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)()
+                        bench.w8a8_gemm_launcher(ctx, ws[0], rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr, t)()
                         same = bool((out[:rows] == ref_out[:rows]).all())
                         if not same:
                             rec["schedules"][key] = "DIFFERENT BITS"
                             continue
-                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr)
+                        launches = [bench.w8a8_gemm_launcher(ctx, w, rows, out.data.ptr, n, stream.ptr, cfg, family, x_ptr, t)
                                     for w in ws]
                         rec["schedules"][key] = bench.time_graph(launches, stream, args.replays)
                     timed = {kk: v for kk, v in rec["schedules"].items() if isinstance(v, float)}
