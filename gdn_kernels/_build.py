@@ -261,6 +261,29 @@ _LARGE_WEIGHT = 1 << 26
 DECODE_WAVE_CTAS = 3 * 132
 
 
+# Tile-major weights up to this N run int8's 9-16 rows as two CTAs of 8 tokens a weight tile.
+_SPREAD_INT8_MAX_N = 12288
+
+
+def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> int:
+    """8-token tiles a CTA of the shipped decode schedule of a weight [n, k] at this row count:
+    :func:`gemm_tiles`, or on tile-major weights fewer where the rows spread over more CTAs along
+    the grid's x ran faster as whole projections (``sweep_w8a8_tiles_443c49b_h200.md``; each CTA
+    reads its weight tiles again, the later ones mostly from L2): int8 at 9-16 rows with N up to
+    12288 and fp8 at 9-16 rows on the small weights (one tile: 2 CTAs a weight tile), fp8 at
+    17-32 rows and int8 there on the small weights (two tiles, in place of the warpgroup kernel).
+    The tile count changes no output bit (a token's sums do not depend on the other tokens)."""
+    tiles = gemm_tiles(rows)
+    if not packed:
+        return tiles
+    small = n * k <= _SMALL_WEIGHT
+    if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N)):
+        return 1
+    if tiles == 4 and rows <= 32 and (small or fmt != FMT_INT8):
+        return 2
+    return tiles
+
+
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
     """The schedule of a weight [n, k] of format ``fmt`` at this row count, in the row-major or
     (``packed``) tile-major layout: the fastest in the H200 schedule sweeps
@@ -309,9 +332,17 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   four for int8 at 1-4 rows and two for fp8 per channel on the one-wave short-K weights
     #   ([5120, 6144]); one for int8's other one-tile schedules ([16384, 5120] and up, [5120,
     #   17408]), one for block fp8 on the small weights and at 16 rows (deeper spills or loses).
-    tiles = gemm_tiles(rows)
+    # - rows spread over more CTAs (token_tiles; sweep_w8a8_tiles_443c49b_h200.md): int8's one-tile
+    #   form at 9-16 rows is the [12288, 2048] schedule (2, 1, 0, 3) (13.2 against 14.9 us on
+    #   [5120, 6144], 29.9 against 32.0 on [5120, 17408]), or the small weights' own; the others
+    #   spread take the 16-row schedule (1, 2, 0, 2), one chunk staged on the small weights.
+    tiles = token_tiles(fmt, rows, n, k, True)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
+    if tiles < gemm_tiles(rows):
+        if fmt == FMT_INT8 and tiles == 1:
+            return GemmCfg(1, 4, 0, 1, pre=4) if small else GemmCfg(2, 1, 0, 3)
+        return GemmCfg(1, 2, 0, 2, pre=1 if small else 0)
     if tiles == 1:
         if small:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
@@ -486,9 +517,9 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count (both
     layouts)."""
-    probes = [(2048, 4096), (12288, 2048), (16384, 5120), (5120, 6144), (5120, 17408)]
-    rows = {1: (1, 8), 2: (16,), 4: (17, 32, 64, 128, 256)}[tiles]
-    cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes for r in rows]
+    probes = [(2048, 4096), (12288, 2048), (16384, 2048), (16384, 5120), (5120, 6144), (5120, 17408)]
+    cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes
+            for r in (1, 8, 16, 17, 32, 33, 64, 128, 256) if token_tiles(fmt, r, n, k, packed) == tiles]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.
     cfgs += [dataclasses.replace(c, split=s) for c in cfgs if c.tma == 2 and not c.f16 and not c.ws
              for s in (1, *WGMMA_SPLIT_CTAS)]

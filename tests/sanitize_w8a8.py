@@ -46,9 +46,11 @@ def main() -> int:
             cfgs += _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
             for cfg in cfgs:
                 w8a8_gemm_launcher(ctx, packed if cfg.packed else w, rows, out.data.ptr, 203, 0, cfg)()
-            # The schedules that stage chunks in shared memory before the quantizer wait.
-            for cfg in _build.pre_sweep_cfgs(tiles):
-                w8a8_gemm_launcher(ctx, packed, rows, out.data.ptr, 203, 0, cfg, "w8a8_gemm_pre_sweep")()
+            # The schedules that stage chunks in shared memory before the quantizer wait, also with
+            # the rows spread over more CTAs (fewer token tiles a CTA).
+            for t in (1, 2):
+                for cfg in _build.pre_sweep_cfgs(t) if t <= tiles else ():
+                    w8a8_gemm_launcher(ctx, packed, rows, out.data.ptr, 203, 0, cfg, "w8a8_gemm_pre_sweep", None, t)()
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

@@ -127,7 +127,8 @@ def test_every_chosen_gemm_schedule_is_compiled():
                     for packed in (False, True):  # row-major and tile-major weights
                         cfg = _build.gemm_config(fmt, rows, n, k, packed)
                         assert cfg.packed == packed
-                        assert cfg in _build.gemm_configs(fmt, _build.gemm_tiles(rows)), (fmt, rows, n, k, cfg)
+                        tiles = _build.token_tiles(fmt, rows, n, k, packed)
+                        assert cfg in _build.gemm_configs(fmt, tiles), (fmt, rows, n, k, cfg)
     names = set(_build.FAMILIES["w8a8_gemm"].instances)
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for tiles in _build.GEMM_TILES:
@@ -235,6 +236,8 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
             cfg = _build.gemm_config(fmt, rows, n, k, True)
             assert cfg.smem * cfg.min_blocks <= 228 * 1024, (fmt, n, k, rows, cfg)
             one_wave = -(-n // 16) <= _build.DECODE_WAVE_CTAS and k < 8192
+            if _build.token_tiles(fmt, rows, n, k, True) < _build.gemm_tiles(rows):
+                continue  # the rows spread over more CTAs: test_rows_spread_over_ctas_on_tile_major_weights
             if rows <= 8 and one_wave:
                 deep = {_build.FMT_INT8: 4 if n * k <= 1 << 23 or rows <= 4 else 0,
                         _build.FMT_FP8_CHANNEL: 4 if n * k <= 1 << 23 else 2,
@@ -242,6 +245,35 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
                 assert cfg.pre == deep, (fmt, n, k, rows, cfg)
             else:
                 assert cfg.pre <= 2, (fmt, n, k, rows, cfg)
+
+
+def test_rows_spread_over_ctas_on_tile_major_weights():
+    """token_tiles gives the 8-token tiles a CTA of the shipped schedule: the row count's own on
+    row-major weights and wherever no spread was measured faster; on tile-major weights one tile
+    (two CTAs a weight tile) for int8 at 9-16 rows up to N = 12288 and for fp8 at 9-16 rows on the
+    small weights, two tiles for fp8 at 17-32 rows and int8 there on the small weights. The grid
+    covers every row, and the spread schedules are the measured ones."""
+    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    int8, fp8c, fp8b = _build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
+    spread = {(int8, 16, 12288, 2048): 1, (int8, 16, 2048, 4096): 1, (int8, 16, 5120, 6144): 1,
+              (int8, 16, 5120, 17408): 1, (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
+              (int8, 32, 2048, 4096): 2}
+    spread.update({(f, 32, n, k): 2 for f in (fp8c, fp8b) for n, k in model})
+    for fmt in (int8, fp8c, fp8b):
+        for (n, k), rows in itertools.product(model + [(300, 1280), (40000, 8192)], range(1, 257)):
+            natural = _build.gemm_tiles(rows)
+            assert _build.token_tiles(fmt, rows, n, k, False) == natural
+            tiles = _build.token_tiles(fmt, rows, n, k, True)
+            cfg = _build.gemm_config(fmt, rows, n, k, True)
+            assert tiles <= natural and cfg.grid(rows, n, tiles)[0] * (cfg.wg or 8 * tiles) >= rows
+            if (n, k) in model and rows in (16, 32):
+                assert tiles == spread.get((fmt, rows, n, k), natural), (fmt, rows, n, k)
+            if tiles < natural:
+                assert 9 <= rows <= 32 and not cfg.wg and not cfg.stages, (fmt, rows, n, k, cfg)
+                want = (_build.GemmCfg(2, 1, 0, 3, packed=1) if fmt == int8 and tiles == 1 and n * k > 1 << 23
+                        else _build.GemmCfg(1, 4, 0, 1, packed=1, pre=4) if fmt == int8 and tiles == 1
+                        else _build.GemmCfg(1, 2, 0, 2, packed=1, pre=int(n * k <= 1 << 23)))
+                assert cfg == want, (fmt, rows, n, k, cfg)
 
 
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():

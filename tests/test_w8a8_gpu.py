@@ -359,7 +359,7 @@ MODEL_SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816
 def test_model_shapes(ctx, fmt, n, k):
     rng = np.random.default_rng(n + k)
     hw = HostWeight(rng, fmt, n, k, layout="tiles16")
-    for rows in (1, 16, 256) if n * k <= 16384 * 5120 else (3,):
+    for rows in (1, 16, 32, 256) if n * k <= 16384 * 5120 else (3,):
         x = random_activations(rng, rows, k, "bfloat16", outliers=True)
         ok, y = run_proj(ctx, hw, x, "bfloat16", ldx_pad=8, ldc_pad=8)
         assert ok
@@ -530,7 +530,7 @@ def test_back_to_back_calls_on_a_stream(ctx, fmt, layout):
 def test_every_schedule_gives_the_same_bits(ctx, fmt):
     """The GEMM schedules (weight tiles a CTA, chunks in flight, pipelining, occupancy, the
     weight layout, chunks staged in shared memory before the quantizer wait, int8's warpgroup-MMA
-    kernel) change no output bit:
+    kernel, the token tiles a CTA) change no output bit:
     each is compared with ctx.proj's, on a ragged N (tiles past N clamped) and a K whose chunks do
     not divide among the warps, writing nothing outside the output. The staging schedules run as
     whole projections (quantizer, then the GEMM programmatically dependent on it)."""
@@ -550,11 +550,12 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
         x_dev = cupy.asarray(x.view(np.uint16))
         tiles = _build.gemm_tiles(rows)
         code = _FMT[hw.w.format]
-        cases = [(cfg, "w8a8_gemm_sweep") for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+        cases = [(cfg, "w8a8_gemm_sweep", tiles) for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
                  + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)]
-        cases += [(cfg, "w8a8_gemm_pre_sweep") for cfg in _build.pre_sweep_cfgs(tiles)]
+        # The staging schedules also with the rows spread over more CTAs (fewer token tiles a CTA).
+        cases += [(cfg, "w8a8_gemm_pre_sweep", t) for t in (1, 2) if t <= tiles for cfg in _build.pre_sweep_cfgs(t)]
         stream = cupy.cuda.Stream(non_blocking=True)
-        for cfg, family in cases:
+        for cfg, family, t in cases:
             offset, ldc = 8, hw.n + 3
             size = rows * ldc + 2 * offset
             out = poisoned(size)
@@ -564,15 +565,15 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
                 # legacy stream's fills.
                 cupy.cuda.Device().synchronize()
                 w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, stream.ptr, cfg, family,
-                                   x_dev.data.ptr)()
+                                   x_dev.data.ptr, t)()
                 stream.synchronize()
             else:
                 ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
                 w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
             host = out.get()
-            assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} wrote outside"
+            assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} t{t} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
-            assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} rows {rows} differs from the shipped schedule"
+            assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} t{t} rows {rows} differs from the shipped schedule"
 
 
 def test_tile_major_layout_is_the_documented_permutation():

@@ -66,9 +66,10 @@ def test_gemm_launch_carries_the_schedule_grid_and_maps(fmt, layout, n, k):
             ctx._maps.asked.clear()
             ctx.gemm_on_workspace(w, rows, 0x30000, n + 8, 7, "bfloat16")
             cfg = _build.gemm_config(_FMT[fmt], rows, n, k, layout == "tiles16")
-            kern, _ = ctx._gemm[(fmt, _build.gemm_tiles(rows), cfg, "bfloat16", "float32")]
+            tiles = _build.token_tiles(_FMT[fmt], rows, n, k, layout == "tiles16")
+            kern, _ = ctx._gemm[(fmt, tiles, cfg, "bfloat16", "float32")]
             grid, block, stream, args = kern.calls[-1]
-            assert grid == cfg.grid(rows, n, _build.gemm_tiles(rows)) and block == cfg.threads and stream == 7
+            assert grid == cfg.grid(rows, n, tiles) and block == cfg.threads and stream == 7
             maps = ((("w", qweight, n, k, layout, cfg.rows_tile), ("x", 0x10000, 256, k, cfg.wg)) if cfg.tma
                     else ())
             assert args == (*maps, qweight, qweight + 0x100000, 0x10000, 0x20000, 0x30000, n + 8, n, k, rows)
