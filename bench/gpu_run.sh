@@ -30,7 +30,7 @@ run() {
 }
 for step in $steps; do
   case $step in
-    tests) run tests tests timeout 300 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider ${GDN_TESTS:-tests/} ;;
+    tests) run tests tests timeout 450 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider ${GDN_TESTS:-tests/} ;;
     sanitize)
       for fam in ${SANITIZE_FAMILIES:-w8a8 nvfp4}; do
         for tool in memcheck racecheck; do

@@ -584,7 +584,9 @@ def sweep_cfgs(tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
 # or 4 chunks a warp staged, within 200 KB of shared memory a multiprocessor. Compiled only in
 # the "w8a8_gemm_pre_sweep" family, timed as whole projections (bench/sweep_w8a8.py --pre).
 PRE_SWEEP_BASES = {
-    1: (GemmCfg(1, 2, 0, 3), GemmCfg(1, 2, 0, 2), GemmCfg(1, 4, 0, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 2, 0, 1)),
+    1: (GemmCfg(1, 2, 0, 3), GemmCfg(1, 2, 0, 2), GemmCfg(1, 4, 0, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 2, 0, 1),
+        # Two or four weight tiles at two CTAs a multiprocessor: fp8's (2, 1, 0, 3) spills.
+        GemmCfg(2, 1, 0, 2), GemmCfg(4, 1, 0, 2)),
     2: (GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 1, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 1, 1, 2)),
 }
 
