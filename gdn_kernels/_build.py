@@ -265,19 +265,30 @@ DECODE_WAVE_CTAS = 3 * 132
 _SPREAD_INT8_MAX_N = 12288
 
 
+def _fp8_two_weight_tiles(fmt: int, n: int, k: int) -> bool:
+    """Whether fp8's one-tile schedule on a tile-major weight is (2, 1, 0, 2), two weight tiles a
+    CTA at two CTAs a multiprocessor (the three-CTA (2, 1, 0, 3) spills for fp8): on the wide
+    weights below [34816, 5120] (sweep_w8a8_m24_037f85f_h200.md, whole projections at 1-8 rows:
+    block fp8 [12288, 2048] 8.9 against 10.8 us, [16384, 5120] 22.9 against 24.8; per channel 2-9%
+    faster; even on [34816, 5120], slower on N = 5120)."""
+    return fmt != FMT_INT8 and n >= 12288 and _SMALL_WEIGHT < n * k < 1 << 27
+
+
 def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> int:
     """8-token tiles a CTA of the shipped decode schedule of a weight [n, k] at this row count:
     :func:`gemm_tiles`, or on tile-major weights fewer where the rows spread over more CTAs along
     the grid's x ran faster as whole projections (``sweep_w8a8_tiles_443c49b_h200.md``; each CTA
     reads its weight tiles again, the later ones mostly from L2): int8 at 9-16 rows with N up to
-    12288 and fp8 at 9-16 rows on the small weights (one tile: 2 CTAs a weight tile), fp8 at
-    17-32 rows and int8 there on the small weights (two tiles, in place of the warpgroup kernel).
+    12288 and fp8 at 9-16 rows on the small weights and [12288, 2048] (one tile: 2 CTAs a weight
+    tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-32 rows and int8 there on the
+    small weights (two tiles, in place of the warpgroup kernel).
     The tile count changes no output bit (a token's sums do not depend on the other tokens)."""
     tiles = gemm_tiles(rows)
     if not packed:
         return tiles
     small = n * k <= _SMALL_WEIGHT
-    if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N)):
+    if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N)
+                       or (_fp8_two_weight_tiles(fmt, n, k) and n * k < 1 << 25)):
         return 1
     if tiles == 4 and rows <= 32 and (small or fmt != FMT_INT8):
         return 2
@@ -342,7 +353,11 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if tiles < gemm_tiles(rows):
         if fmt == FMT_INT8 and tiles == 1:
             return GemmCfg(1, 4, 0, 1, pre=4) if small else GemmCfg(2, 1, 0, 3)
+        if tiles == 1 and _fp8_two_weight_tiles(fmt, n, k):
+            return GemmCfg(2, 1, 0, 2)
         return GemmCfg(1, 2, 0, 2, pre=1 if small else 0)
+    if tiles == 1 and _fp8_two_weight_tiles(fmt, n, k):
+        return GemmCfg(2, 1, 0, 2)
     if tiles == 1:
         if small:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
@@ -517,7 +532,7 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count (both
     layouts)."""
-    probes = [(2048, 4096), (12288, 2048), (16384, 2048), (16384, 5120), (5120, 6144), (5120, 17408)]
+    probes = [(2048, 4096), (12288, 2048), (16384, 2048), (16384, 5120), (34816, 5120), (5120, 6144), (5120, 17408)]
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes
             for r in (1, 8, 16, 17, 32, 33, 64, 128, 256) if token_tiles(fmt, r, n, k, packed) == tiles]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.

@@ -257,7 +257,7 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
     int8, fp8c, fp8b = _build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
     spread = {(int8, 16, 12288, 2048): 1, (int8, 16, 2048, 4096): 1, (int8, 16, 5120, 6144): 1,
               (int8, 16, 5120, 17408): 1, (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
-              (int8, 32, 2048, 4096): 2}
+              (int8, 32, 2048, 4096): 2, (fp8c, 16, 12288, 2048): 1, (fp8b, 16, 12288, 2048): 1}
     spread.update({(f, 32, n, k): 2 for f in (fp8c, fp8b) for n, k in model})
     for fmt in (int8, fp8c, fp8b):
         for (n, k), rows in itertools.product(model + [(300, 1280), (40000, 8192)], range(1, 257)):
@@ -272,8 +272,21 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
                 assert 9 <= rows <= 32 and not cfg.wg and not cfg.stages, (fmt, rows, n, k, cfg)
                 want = (_build.GemmCfg(2, 1, 0, 3, packed=1) if fmt == int8 and tiles == 1 and n * k > 1 << 23
                         else _build.GemmCfg(1, 4, 0, 1, packed=1, pre=4) if fmt == int8 and tiles == 1
+                        else _build.GemmCfg(2, 1, 0, 2, packed=1) if (n, k) == (12288, 2048) and tiles == 1
                         else _build.GemmCfg(1, 2, 0, 2, packed=1, pre=int(n * k <= 1 << 23)))
                 assert cfg == want, (fmt, rows, n, k, cfg)
+
+
+def test_fp8_two_weight_tiles_on_the_wide_mid_size_weights():
+    """At 1-8 rows on tile-major weights fp8 (both formats) takes two 16-row weight tiles a CTA at
+    two CTAs a multiprocessor on [12288, 2048] and [16384, 5120] (the measured wins), not on
+    [34816, 5120], the N = 5120 weights or the small one; int8 keeps its schedules."""
+    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
+        for (n, k), rows in itertools.product(model, (1, 4, 8)):
+            cfg = _build.gemm_config(fmt, rows, n, k, True)
+            two = fmt != _build.FMT_INT8 and (n, k) in ((12288, 2048), (16384, 5120))
+            assert (cfg == _build.GemmCfg(2, 1, 0, 2, packed=1)) == two, (fmt, n, k, rows, cfg)
 
 
 def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
