@@ -602,7 +602,7 @@ PRE_SWEEP_BASES = {
     1: (GemmCfg(1, 2, 0, 3), GemmCfg(1, 2, 0, 2), GemmCfg(1, 4, 0, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 2, 0, 1),
         # Two or four weight tiles at two CTAs a multiprocessor: fp8's (2, 1, 0, 3) spills.
         GemmCfg(2, 1, 0, 2), GemmCfg(4, 1, 0, 2)),
-    2: (GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 1, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 1, 1, 2)),
+    2: (GemmCfg(1, 2, 0, 2), GemmCfg(1, 2, 1, 1), GemmCfg(2, 1, 0, 3), GemmCfg(1, 1, 1, 2), GemmCfg(2, 1, 0, 2)),
 }
 
 
