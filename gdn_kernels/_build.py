@@ -279,7 +279,7 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     :func:`gemm_tiles`, or on tile-major weights fewer where the rows spread over more CTAs along
     the grid's x ran faster as whole projections (``sweep_w8a8_tiles_443c49b_h200.md``; each CTA
     reads its weight tiles again, the later ones mostly from L2): int8 at 9-16 rows with N up to
-    12288 and fp8 at 9-16 rows on the small weights and [12288, 2048] (one tile: 2 CTAs a weight
+    12288 and K below 8192, and fp8 at 9-16 rows on the small weights and [12288, 2048] (one tile: 2 CTAs a weight
     tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-32 rows and int8 there on the
     small weights (two tiles, in place of the warpgroup kernel).
     The tile count changes no output bit (a token's sums do not depend on the other tokens)."""
@@ -287,7 +287,7 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     if not packed:
         return tiles
     small = n * k <= _SMALL_WEIGHT
-    if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N)
+    if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N and k < 8192)
                        or (_fp8_two_weight_tiles(fmt, n, k) and n * k < 1 << 25)):
         return 1
     if tiles == 4 and rows <= 32 and (small or fmt != FMT_INT8):
@@ -345,8 +345,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   17408]), one for block fp8 on the small weights and at 16 rows (deeper spills or loses).
     # - rows spread over more CTAs (token_tiles; sweep_w8a8_tiles_443c49b_h200.md): int8's one-tile
     #   form at 9-16 rows is the [12288, 2048] schedule (2, 1, 0, 3) (13.2 against 14.9 us on
-    #   [5120, 6144], 29.9 against 32.0 on [5120, 17408]), or the small weights' own; the others
-    #   spread take the 16-row schedule (1, 2, 0, 2), one chunk staged on the small weights.
+    #   [5120, 6144]), or the small weights' own; fp8's on [12288, 2048] is (2, 1, 0, 2) (below);
+    #   the others spread take (1, 2, 0, 2), one chunk staged on the small weights.
     tiles = token_tiles(fmt, rows, n, k, True)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
@@ -379,6 +379,11 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if tiles == 2:
         if small:
             return GemmCfg(1, 2, 1, 1)
+        if large and fmt != FMT_FP8_BLOCK:
+            # Two weight tiles a CTA (sweep_w8a8_b2_08de3ea_h200.md, 16 rows: int8 [16384, 5120]
+            # 25.8 against 27.2 us, [5120, 17408] 28.7 against 30.7; fp8 per channel 26.6 against
+            # 27.8 and 30.5 against 35.7; even on [34816, 5120]); block fp8's spills.
+            return GemmCfg(2, 1, 0, 2, pre=1 if k >= 8192 else 0)
         stage = large or fmt == FMT_FP8_BLOCK
         return GemmCfg(1, 2, 0, 2, pre=1 if stage else 0)
     wgmma = wgmma_config(rows, n, k, True) if fmt == FMT_INT8 else None

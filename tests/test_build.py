@@ -250,13 +250,13 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
 def test_rows_spread_over_ctas_on_tile_major_weights():
     """token_tiles gives the 8-token tiles a CTA of the shipped schedule: the row count's own on
     row-major weights and wherever no spread was measured faster; on tile-major weights one tile
-    (two CTAs a weight tile) for int8 at 9-16 rows up to N = 12288 and for fp8 at 9-16 rows on the
+    (two CTAs a weight tile) for int8 at 9-16 rows up to N = 12288 below K = 8192, for fp8 at 9-16 rows on the
     small weights, two tiles for fp8 at 17-32 rows and int8 there on the small weights. The grid
     covers every row, and the spread schedules are the measured ones."""
     model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
     int8, fp8c, fp8b = _build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
     spread = {(int8, 16, 12288, 2048): 1, (int8, 16, 2048, 4096): 1, (int8, 16, 5120, 6144): 1,
-              (int8, 16, 5120, 17408): 1, (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
+              (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
               (int8, 32, 2048, 4096): 2, (fp8c, 16, 12288, 2048): 1, (fp8b, 16, 12288, 2048): 1}
     spread.update({(f, 32, n, k): 2 for f in (fp8c, fp8b) for n, k in model})
     for fmt in (int8, fp8c, fp8b):
@@ -275,6 +275,20 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
                         else _build.GemmCfg(2, 1, 0, 2, packed=1) if (n, k) == (12288, 2048) and tiles == 1
                         else _build.GemmCfg(1, 2, 0, 2, packed=1, pre=int(n * k <= 1 << 23)))
                 assert cfg == want, (fmt, rows, n, k, cfg)
+
+
+def test_two_weight_tiles_at_16_rows_on_the_large_weights():
+    """At 9-16 rows on the tile-major large weights ([16384, 5120] and up) int8 and fp8 per channel
+    take two 16-row weight tiles a CTA at two CTAs a multiprocessor, staging a chunk a warp at long
+    K; block fp8 keeps one tile (its two-tile form spills)."""
+    for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
+        for (n, k), rows in itertools.product([(16384, 5120), (34816, 5120), (5120, 17408)], (9, 16)):
+            cfg = _build.gemm_config(fmt, rows, n, k, True)
+            assert _build.token_tiles(fmt, rows, n, k, True) == 2
+            if fmt == _build.FMT_FP8_BLOCK:
+                assert cfg.m == 1, cfg
+            else:
+                assert cfg == _build.GemmCfg(2, 1, 0, 2, packed=1, pre=int(k >= 8192)), (fmt, n, k, cfg)
 
 
 def test_fp8_two_weight_tiles_on_the_wide_mid_size_weights():
