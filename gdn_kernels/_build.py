@@ -261,7 +261,8 @@ _LARGE_WEIGHT = 1 << 26
 DECODE_WAVE_CTAS = 3 * 132
 
 
-# Tile-major weights up to this N run int8's 9-16 rows as two CTAs of 8 tokens a weight tile.
+# Tile-major weights up to this N (and K below 8192) run int8's 9-16 rows as two CTAs of 8 tokens
+# a weight tile.
 _SPREAD_INT8_MAX_N = 12288
 
 
@@ -279,14 +280,16 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     :func:`gemm_tiles`, or on tile-major weights fewer where the rows spread over more CTAs along
     the grid's x ran faster as whole projections (``sweep_w8a8_tiles_443c49b_h200.md``; each CTA
     reads its weight tiles again, the later ones mostly from L2): int8 at 9-16 rows with N up to
-    12288 and K below 8192, and fp8 at 9-16 rows on the small weights and [12288, 2048] (one tile: 2 CTAs a weight
-    tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-32 rows and int8 there on the
-    small weights (two tiles, in place of the warpgroup kernel).
-    The tile count changes no output bit (a token's sums do not depend on the other tokens)."""
+    12288 and K below 8192, and fp8 at 9-16 rows on the small weights and [12288, 2048] (one
+    tile: 2 CTAs a weight tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-32 rows
+    and int8 there on the small weights (two tiles, in place of the warpgroup kernel). The tile
+    count changes no output bit (a token's sums do not depend on the other tokens)."""
     tiles = gemm_tiles(rows)
     if not packed:
         return tiles
     small = n * k <= _SMALL_WEIGHT
+    # fp8's two-weight-tile weights below 2^25 elements: [12288, 2048] among the model shapes
+    # ([16384, 5120] spread ran 11% slower).
     if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N and k < 8192)
                        or (_fp8_two_weight_tiles(fmt, n, k) and n * k < 1 << 25)):
         return 1
@@ -345,19 +348,18 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   17408]), one for block fp8 on the small weights and at 16 rows (deeper spills or loses).
     # - rows spread over more CTAs (token_tiles; sweep_w8a8_tiles_443c49b_h200.md): int8's one-tile
     #   form at 9-16 rows is the [12288, 2048] schedule (2, 1, 0, 3) (13.2 against 14.9 us on
-    #   [5120, 6144]), or the small weights' own; fp8's on [12288, 2048] is (2, 1, 0, 2) (below);
-    #   the others spread take (1, 2, 0, 2), one chunk staged on the small weights.
+    #   [5120, 6144]), or the small weights' own; fp8's on [12288, 2048] is its two-tile one
+    #   (_fp8_two_weight_tiles); the others spread take (1, 2, 0, 2), a chunk staged on the small
+    #   weights.
     tiles = token_tiles(fmt, rows, n, k, True)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
+    if tiles == 1 and _fp8_two_weight_tiles(fmt, n, k):
+        return GemmCfg(2, 1, 0, 2)
     if tiles < gemm_tiles(rows):
         if fmt == FMT_INT8 and tiles == 1:
             return GemmCfg(1, 4, 0, 1, pre=4) if small else GemmCfg(2, 1, 0, 3)
-        if tiles == 1 and _fp8_two_weight_tiles(fmt, n, k):
-            return GemmCfg(2, 1, 0, 2)
         return GemmCfg(1, 2, 0, 2, pre=1 if small else 0)
-    if tiles == 1 and _fp8_two_weight_tiles(fmt, n, k):
-        return GemmCfg(2, 1, 0, 2)
     if tiles == 1:
         if small:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
