@@ -281,9 +281,11 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     the grid's x ran faster as whole projections (``sweep_w8a8_tiles_443c49b_h200.md``; each CTA
     reads its weight tiles again, the later ones mostly from L2): int8 at 9-16 rows with N up to
     12288 and K below 8192, and fp8 at 9-16 rows on the small weights and [12288, 2048] (one
-    tile: 2 CTAs a weight tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-32 rows
-    and int8 there on the small weights (two tiles, in place of the warpgroup kernel). The tile
-    count changes no output bit (a token's sums do not depend on the other tokens)."""
+    tile: 2 CTAs a weight tile; sweep_w8a8_m24_037f85f_h200.md for the latter), fp8 at 17-48 rows
+    (two tiles: 2-3 CTAs a weight tile; 13-30% faster at 48 rows in
+    sweep_w8a8_tiles64_008ccce_h200.md, mixed at 64 where the warpgroup kernels start) and int8 at
+    17-32 rows on the small weights (two tiles, in place of the warpgroup kernel). The tile count
+    changes no output bit (a token's sums do not depend on the other tokens)."""
     tiles = gemm_tiles(rows)
     if not packed:
         return tiles
@@ -293,7 +295,7 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     if tiles == 2 and (small or (fmt == FMT_INT8 and n <= _SPREAD_INT8_MAX_N and k < 8192)
                        or (_fp8_two_weight_tiles(fmt, n, k) and n * k < 1 << 25)):
         return 1
-    if tiles == 4 and rows <= 32 and (small or fmt != FMT_INT8):
+    if tiles == 4 and ((rows <= 32 and small) or (rows <= 48 and fmt != FMT_INT8)):
         return 2
     return tiles
 
@@ -539,7 +541,8 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:
     """Every schedule :func:`gemm_config` can return for this format and tile count (both
     layouts)."""
-    probes = [(2048, 4096), (12288, 2048), (16384, 2048), (16384, 5120), (34816, 5120), (5120, 6144), (5120, 17408)]
+    probes = [(2048, 4096), (12288, 2048), (16384, 2048), (16384, 5120), (34816, 5120), (5120, 6144),
+              (5120, 17408)]
     cfgs = [gemm_config(fmt, r, n, k, packed) for packed in (False, True) for n, k in probes
             for r in (1, 8, 16, 17, 32, 33, 64, 128, 256) if token_tiles(fmt, r, n, k, packed) == tiles]
     # The K split depends on the shape beyond the probes: every split of each tensor-copy schedule.

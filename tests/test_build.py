@@ -250,15 +250,16 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
 def test_rows_spread_over_ctas_on_tile_major_weights():
     """token_tiles gives the 8-token tiles a CTA of the shipped schedule: the row count's own on
     row-major weights and wherever no spread was measured faster; on tile-major weights one tile
-    (two CTAs a weight tile) for int8 at 9-16 rows up to N = 12288 below K = 8192, for fp8 at 9-16 rows on the
-    small weights, two tiles for fp8 at 17-32 rows and int8 there on the small weights. The grid
-    covers every row, and the spread schedules are the measured ones."""
+    (two CTAs a weight tile) for int8 at 9-16 rows up to N = 12288 below K = 8192 and for fp8 at
+    9-16 rows on the small weights and [12288, 2048], two tiles for fp8 at 17-48 rows and int8 at
+    17-32 on the small weights. The grid covers every row, and the spread schedules are the
+    measured ones."""
     model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
     int8, fp8c, fp8b = _build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
     spread = {(int8, 16, 12288, 2048): 1, (int8, 16, 2048, 4096): 1, (int8, 16, 5120, 6144): 1,
               (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
               (int8, 32, 2048, 4096): 2, (fp8c, 16, 12288, 2048): 1, (fp8b, 16, 12288, 2048): 1}
-    spread.update({(f, 32, n, k): 2 for f in (fp8c, fp8b) for n, k in model})
+    spread.update({(f, r, n, k): 2 for f in (fp8c, fp8b) for r in (32, 48) for n, k in model})
     for fmt in (int8, fp8c, fp8b):
         for (n, k), rows in itertools.product(model + [(300, 1280), (40000, 8192)], range(1, 257)):
             natural = _build.gemm_tiles(rows)
@@ -266,10 +267,11 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
             tiles = _build.token_tiles(fmt, rows, n, k, True)
             cfg = _build.gemm_config(fmt, rows, n, k, True)
             assert tiles <= natural and cfg.grid(rows, n, tiles)[0] * (cfg.wg or 8 * tiles) >= rows
-            if (n, k) in model and rows in (16, 32):
+            if (n, k) in model and rows in (16, 32, 48, 64):
                 assert tiles == spread.get((fmt, rows, n, k), natural), (fmt, rows, n, k)
             if tiles < natural:
-                assert 9 <= rows <= 32 and not cfg.wg and not cfg.stages, (fmt, rows, n, k, cfg)
+                top = 32 if fmt == int8 else 48
+                assert 9 <= rows <= top and not cfg.wg and not cfg.stages, (fmt, rows, n, k, cfg)
                 want = (_build.GemmCfg(2, 1, 0, 3, packed=1) if fmt == int8 and tiles == 1 and n * k > 1 << 23
                         else _build.GemmCfg(1, 4, 0, 1, packed=1, pre=4) if fmt == int8 and tiles == 1
                         else _build.GemmCfg(2, 1, 0, 2, packed=1) if (n, k) == (12288, 2048) and tiles == 1
