@@ -259,7 +259,7 @@ class W8a8Ctx:
             entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles), cfg.threads, xmap)
         gemm, cfg, grid, threads, xmap = entry
         # The weight's tensor map depends on its address too: looked up by it.
-        maps = (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile), xmap) if xmap else ()
+        maps = (self._weight_map(w, cfg), xmap) if xmap else ()
         gemm.launch_dependent(grid, threads, stream, *maps, w.qweight, w.scale, self._xq_ptr, self._xs_ptr, out, ldc,
                               w.n, w.k, rows)
 
@@ -268,8 +268,10 @@ class W8a8Ctx:
         the workspace's tokens), none for the kernels without tensor copies; built once each."""
         if not cfg.tma:
             return ()
-        return (self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile),
-                self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg))
+        return self._weight_map(w, cfg), self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg)
+
+    def _weight_map(self, w: W8a8Weight, cfg) -> bytes:
+        return self._maps.weight(w.qweight, w.n, w.k, w.layout, cfg.rows_tile)
 
     def _quant_launch(self, fmt: WeightFormat, x: int, ldx: int, rows: int, k: int, stream: int, dtype: str) -> None:
         if fmt is WeightFormat.FP8_BLOCK:
