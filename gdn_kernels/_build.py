@@ -300,6 +300,13 @@ def token_tiles(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> in
     return tiles
 
 
+def gemm_schedule(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> tuple[int, GemmCfg]:
+    """(8-token tiles a CTA, schedule) of a weight [n, k] at this row count: :func:`token_tiles`
+    and :func:`gemm_config` together, the pair a launch takes (the schedule is compiled for that
+    tile count)."""
+    return token_tiles(fmt, rows, n, k, packed), gemm_config(fmt, rows, n, k, packed)
+
+
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
     """The schedule of a weight [n, k] of format ``fmt`` at this row count, in the row-major or
     (``packed``) tile-major layout: the fastest in the H200 schedule sweeps

@@ -251,9 +251,7 @@ class W8a8Ctx:
         if entry is None:
             # The schedule, its grid and the workspace's tensor map depend on the shape, row count
             # and layout alone: found once, then looked up.
-            packed = w.layout == "tiles16"
-            tiles = _build.token_tiles(_FMT[w.format], rows, w.n, w.k, packed)
-            cfg = _build.gemm_config(_FMT[w.format], rows, w.n, w.k, packed)
+            tiles, cfg = _build.gemm_schedule(_FMT[w.format], rows, w.n, w.k, w.layout == "tiles16")
             gemm, cfg = self._gemm[(w.format, tiles, cfg, dtype, w.scale_dtype)]
             xmap = self._maps.activations(self._xq_ptr, self.max_rows, w.k, cfg.wg) if cfg.tma else None
             entry = self._gemm_by_shape[key] = (gemm, cfg, cfg.grid(rows, w.n, tiles), cfg.threads, xmap)

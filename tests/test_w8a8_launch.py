@@ -65,8 +65,7 @@ def test_gemm_launch_carries_the_schedule_grid_and_maps(fmt, layout, n, k):
                                 scale=qweight + 0x100000)
             ctx._maps.asked.clear()
             ctx.gemm_on_workspace(w, rows, 0x30000, n + 8, 7, "bfloat16")
-            cfg = _build.gemm_config(_FMT[fmt], rows, n, k, layout == "tiles16")
-            tiles = _build.token_tiles(_FMT[fmt], rows, n, k, layout == "tiles16")
+            tiles, cfg = _build.gemm_schedule(_FMT[fmt], rows, n, k, layout == "tiles16")
             kern, _ = ctx._gemm[(fmt, tiles, cfg, "bfloat16", "float32")]
             grid, block, stream, args = kern.calls[-1]
             assert grid == cfg.grid(rows, n, tiles) and block == cfg.threads and stream == 7
