@@ -607,24 +607,6 @@ __device__ __forceinline__ void few_token_weights(uint4 (&wv)[kValid][2], const 
   }
 }
 
-// L2 prefetches of a warp's chunks c0, c0 + kWarps, ... (kCount of them, those below chunks) of
-// its 16-row tile: the codes (1024 contiguous bytes a chunk, from w_tile) and the scales (128,
-// from s_tile). An early round's loads are meant to be in flight during the quantizer wait, but
-// ptxas may sink them below griddepcontrol.wait (it does in every shipped early schedule); these
-// hold no registers and stay where they are, so the same bytes come from L2 after the wait.
-template <int kWarps, int kCount>
-__device__ __forceinline__ void prefetch_chunks(const uint8_t* w_tile, const uint8_t* s_tile, int c0, int chunks,
-                                                int lane) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) {
-    const int c = c0 + i * kWarps;
-    if (c < chunks) {
-      if (lane == 0) gdn::prefetch_l2_bulk(w_tile + (long long)c * 1024, 1024);
-      if (lane == 1) gdn::prefetch_l2(s_tile + (long long)c * 128);
-    }
-  }
-}
-
 // The rest of the round, once its weight codes are requested.
 template <int kWarps, int kTok, int kArith, int kValid>
 __device__ __forceinline__ void few_token_round(const uint4 (&wv)[kValid][2], const uint8_t* p_s,
@@ -724,7 +706,6 @@ __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8
   if constexpr ((kArith & kEarly) != 0) {
     if (whole(c0)) {
       uint4 wv[kSlots][2];
-      prefetch_chunks<kWarps, kSlots>(p_w - lane * 16, p_s - g * 16, c0, chunks, lane);
       few_token_weights<kWarps, kSlots>(wv, p_w, c0);
       gdn::pdl_wait();  // programmatic dependent launch: see w8a8_gemm.cu
       few_token_round<kWarps, kTok, kArith, kSlots>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
@@ -857,7 +838,6 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
-    prefetch_chunks<kWarps, kUnroll>(p_w - lane * 16, p_s - g * 16, warp, chunks, lane);
     load_w(r, warp);
     // Programmatic dependent launch: see w8a8_gemm.cu.
     gdn::pdl_wait();

@@ -324,29 +324,6 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   }
   // The staged chunks come first in the warp's chunk order; the register rounds follow.
   const int c_reg = warp + kPre * kWarps;
-  // L2 prefetches of the first register round (tile-major: each (tile, chunk) is 2048 contiguous
-  // bytes, one bulk prefetch; row-major: one line of 128 bytes a row, lanes g of t = 0) and of its
-  // block scales.
-  auto prefetch_round = [&]() {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c_reg + u * kWarps;
-      if (c < chunks) {
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          if constexpr (kPacked) {
-            if (lane == 0) gdn::prefetch_l2_bulk(w_piece(m, c, 0), 2048);
-          } else if (t == 0) {
-            gdn::prefetch_l2(w_piece(m, c, 0));
-            gdn::prefetch_l2(w_piece(m, c, 1));
-          }
-          if constexpr (kFmt == kFp8Block) {
-            if (lane == 1) gdn::prefetch_l2(sw + (long long)i_nb[m] * chunks + c);
-          }
-        }
-      }
-    }
-  };
   auto compute_staged = [&]() {
     if constexpr (kPre > 0) {
       gdn::cp_async_wait<0>();
@@ -370,11 +347,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 
   // The first register round's weight (and the staged chunks) are requested before waiting on
   // the quantizer: with programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while
-  // it still runs. Launched plainly, the wait returns at once. ptxas may sink the round's loads
-  // below griddepcontrol.wait (it does where registers are tight: every fp8 schedule of three CTAs
-  // a multiprocessor), so the same bytes are also asked of L2 by prefetches, which hold no
-  // registers and stay where they are.
-  prefetch_round();
+  // it still runs. Launched plainly, the wait returns at once.
   if constexpr (kPipe) {
     R cur, nxt;
     load_w(cur, c_reg);

@@ -121,10 +121,6 @@ namespace gdn {
 __device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
-// Asks L2 to fetch the cache line holding global p, in the background.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p) : "memory");
-}
 
 // Thread block clusters (sm_90): a barrier of every thread of the cluster, whose shared-memory
 // writes before it are visible to the cluster's reads after it.
