@@ -1,20 +1,20 @@
-"""Which weight requests a decode GEMM issues before its quantizer wait, as compiled.
+"""Which weight loads a decode GEMM issues before its quantizer wait, as ptxas compiled them.
 
-    python bench/wait_order.py [CUBIN_OR_DIR ...]     (default: $CUPY_CACHE_DIR, the modules CuPy built)
+    python bench/wait_order.py [w8a8|nvfp4 ...]     (default: both)
 
-The decode GEMMs ask for their first weight bytes before `griddepcontrol.wait` (SASS: ACQBULK), so
-that they stream while the quantizer still runs. ptxas is free to move non-coherent loads across
-that wait, and sinks them below it where registers are tight; L2 prefetches (CCTL.E.PF2, UBLKPF)
-and cp.async copies (LDGSTS) stay where they are. For each W8A8 decode and NVFP4 tile-major
-function this prints, before the wait that precedes its main loop (the last one in program order),
-the weight loads (LDG ... CONSTANT), prefetches and cp.async copies against the function's totals.
-Needs cuobjdump or nvdisasm on the PATH (a machine without a GPU can take nvdisasm from the
-`nvidia-cuda-nvdisasm` wheel, nvidia/cu13/bin).
+The decode GEMMs request their first round of weight before `griddepcontrol.wait` (SASS:
+ACQBULK), so that it streams while the quantizer still runs. ptxas moves non-coherent loads
+(ld.global.nc) across that wait as it likes and sinks them below it where registers are tight;
+it keeps coherent loads, cp.async copies (LDGSTS) and prefetches where they are. This compiles the
+shipped W8A8 decode and NVFP4 tile-major instances with nvcc for sm_90a (the same sources and
+ptxas as NVRTC's, as bench/sass_mix.py) and prints, for each, the weight loads (those with the
+L2::256B hint, LTC256B), cp.async copies and prefetches before the last wait in program order
+against the function's totals. Needs nvcc, and cuobjdump or nvdisasm, on the PATH (a machine
+without a GPU can take nvdisasm from the `nvidia-cuda-nvdisasm` wheel, nvidia/cu13/bin).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -22,30 +22,36 @@ import sys
 import tempfile
 from pathlib import Path
 
-FUNCS = re.compile(r"(w8a8_gemm_kernel|fp4_tiled_gemm_kernel)")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def cubins(paths: list[str]) -> list[bytes]:
-    """The ELF images in the given files (CuPy's cache files hold a hash, then the cubin)."""
-    out = []
-    for p in paths:
-        files = sorted(Path(p).rglob("*")) if Path(p).is_dir() else [Path(p)]
-        for f in files:
-            if f.is_file():
-                data = f.read_bytes()
-                at = data.find(b"\x7fELF")
-                if at >= 0:
-                    out.append(data[at:])
-    return out
+def shipped(path: str) -> list[str]:
+    from gdn_kernels import _build
+
+    if path == "nvfp4":
+        return [n for n in _build.FAMILIES["fp4_mx_gemm"].instances if "tiled" in n and "bfloat16" in n]
+    names = []
+    for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
+        for n, k in ((16384, 5120), (34816, 5120), (5120, 17408), (5120, 6144), (12288, 2048), (2048, 4096)):
+            for rows in (1, 2, 4, 8, 16, 24, 32, 48):
+                tiles, cfg = _build.gemm_schedule(fmt, rows, n, k, True)
+                if not (cfg.wg or cfg.stages):
+                    names.append(cfg.name(fmt, tiles, "__nv_bfloat16", "float"))
+    return list(dict.fromkeys(names))
 
 
-def disassemble(image: bytes) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(image)
-        f.flush()
-        if shutil.which("cuobjdump"):
-            return subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout
-        return subprocess.run(["nvdisasm", "-c", f.name], capture_output=True, text=True).stdout
+def sass_of(family: str, names: list[str]) -> str:
+    from gdn_kernels import _build
+
+    src = _build.kernel_dir() / _build.FAMILIES[family].source
+    refs = ",\n".join(f"  (const void*)&{n}" for n in names)
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, cubin = Path(tmp) / "inst.cu", Path(tmp) / "inst.cubin"
+        cu.write_text(f'#include "{src}"\nconst void* gdn_sass_refs[] = {{\n{refs}\n}};\n')
+        subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-ftz=true", "-I",
+                        str(_build.kernel_dir() / "include"), "-o", str(cubin), str(cu)], check=True)
+        tool = ["cuobjdump", "-sass"] if shutil.which("cuobjdump") else ["nvdisasm", "-c"]
+        return subprocess.run(tool + [str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
 def functions(sass: str) -> dict[str, list[str]]:
@@ -65,28 +71,23 @@ def counts(lines: list[str]) -> str:
     waits = [i for i, l in enumerate(lines) if "ACQBULK" in l]
     if not waits:
         return "no wait"
-    w = waits[-1]
-    kinds = {"weight loads": lambda l: "LDG" in l and "CONSTANT" in l,
-             "prefetches": lambda l: "CCTL.E.PF" in l or "UBLKPF" in l,
-             "cp.async": lambda l: "LDGSTS" in l}
+    kinds = {"weight loads": lambda l: "LDG" in l and "LTC256B" in l,
+             "cp.async": lambda l: "LDGSTS" in l,
+             "prefetches": lambda l: "CCTL.E.PF" in l or "UBLKPF" in l}
     parts = []
-    for k, f in kinds.items():
-        idx = [i for i, l in enumerate(lines) if f(l)]
-        parts.append(f"{k} {sum(i < w for i in idx)}/{len(idx)}")
+    for kind, match in kinds.items():
+        idx = [i for i, l in enumerate(lines) if match(l)]
+        parts.append(f"{kind} {sum(i < waits[-1] for i in idx)}/{len(idx)}")
     return ", ".join(parts)
 
 
 def main() -> int:
-    paths = sys.argv[1:] or [os.environ.get("CUPY_CACHE_DIR", str(Path.home() / ".cupy" / "kernel_cache"))]
-    seen = set()
-    for image in cubins(paths):
-        for name, lines in functions(disassemble(image)).items():
-            if not FUNCS.search(name) or name in seen:
-                continue
-            seen.add(name)
-            dem = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip() or name
-            print(f"{dem.split('(')[0]}: before the wait {counts(lines)}")
-    print(f"{len(seen)} functions")
+    paths = sys.argv[1:] or ["w8a8", "nvfp4"]
+    for path in paths:
+        family = "fp4_mx_gemm" if path == "nvfp4" else "w8a8_gemm"
+        for mangled, lines in functions(sass_of(family, shipped(path))).items():
+            name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip()
+            print(f"{name.split('(')[0].replace('void ', '')}: before the wait: {counts(lines)}")
     return 0
 
 

@@ -751,10 +751,10 @@ FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 426, 3)}, "base": {1: (1, 298, 3)}, "l
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
-    1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5)),
-    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2)),
-    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0)),
-    8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0)),
+    1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5), (1, 42, 4), (1, 106, 4)),
+    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2), (1, 42, 2)),
+    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0), (1, 42, 2)),
+    8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0), (1, 42, 1)),
 }
 # Few-token schedules the sweep adds at 1 and 2 rows.
 FP4_TILED_FEW_SWEEP = {

@@ -598,12 +598,14 @@ __device__ __forceinline__ void mma_s8_16832_acc(int (&d)[4], const uint32_t (&a
 // p_sa: the activation block scales of its token t % kTok. acc: rows g and g + 8 of that token.
 // One round: the kValid chunks c0, c0 + kWarps, ... (slots 0 .. kValid - 1) of the stream.
 // The round's weight codes (wv: its kValid chunks).
-template <int kWarps, int kValid>
+// kEarly: the round requested before the quantizer wait, by loads ptxas keeps there (gdn::ld_early_v4).
+template <int kWarps, int kValid, bool kEarly = false>
 __device__ __forceinline__ void few_token_weights(uint4 (&wv)[kValid][2], const uint8_t* p_w, int c0) {
 #pragma unroll
   for (int s = 0; s < kValid; ++s) {
-    wv[s][0] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024);
-    wv[s][1] = gdn::ld_stream_v4(p_w + (long long)(c0 + s * kWarps) * 1024 + 512);
+    const uint8_t* p = p_w + (long long)(c0 + s * kWarps) * 1024;
+    wv[s][0] = kEarly ? gdn::ld_early_v4(p) : gdn::ld_stream_v4(p);
+    wv[s][1] = kEarly ? gdn::ld_early_v4(p + 512) : gdn::ld_stream_v4(p + 512);
   }
 }
 
@@ -706,7 +708,7 @@ __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8
   if constexpr ((kArith & kEarly) != 0) {
     if (whole(c0)) {
       uint4 wv[kSlots][2];
-      few_token_weights<kWarps, kSlots>(wv, p_w, c0);
+      few_token_weights<kWarps, kSlots, true>(wv, p_w, c0);
       gdn::pdl_wait();  // programmatic dependent launch: see w8a8_gemm.cu
       few_token_round<kWarps, kTok, kArith, kSlots>(wv, p_s, p_xb, p_sa, c0, slot_b, slot, src0, keep_lo, tab, acc);
       c0 += kWarps * kSlots;
@@ -780,13 +782,14 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     uint4 x[kUnroll][kGroups][2];
   };
   // The weight's part of a round (codes, scales), then the activations' (written by the quantizer).
-  auto load_w = [&](Round& r, int c0) {
+  auto load_w = [&](Round& r, int c0, bool early = false) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
-        r.w[u][0] = gdn::ld_stream_v4(p_w + (long long)c * 1024);
-        r.w[u][1] = gdn::ld_stream_v4(p_w + (long long)c * 1024 + 512);
+        const uint8_t* p = p_w + (long long)c * 1024;
+        r.w[u][0] = early ? gdn::ld_early_v4(p) : gdn::ld_stream_v4(p);
+        r.w[u][1] = early ? gdn::ld_early_v4(p + 512) : gdn::ld_stream_v4(p + 512);
         r.s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
       }
     }
@@ -838,7 +841,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
-    load_w(r, warp);
+    load_w(r, warp, true);
     // Programmatic dependent launch: see w8a8_gemm.cu.
     gdn::pdl_wait();
     load_x(r, warp);

@@ -206,8 +206,9 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   auto load_sw = [&](auto& b, int u, int m, int c) {
     if constexpr (kFmt == kFp8Block) b.sw[u][m] = to_float(sw[(long long)i_nb[m] * chunks + c]);
   };
-  // The weight part of a round: independent of the kernel before this one.
-  auto load_w = [&](R& b, int c0) {
+  // The weight part of a round: independent of the kernel before this one (early: the round
+  // requested before the quantizer wait, by loads ptxas keeps there).
+  auto load_w = [&](R& b, int c0, bool early = false) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
@@ -215,7 +216,8 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) b.w[u][m][j] = gdn::ld_stream_v4(w_piece(m, c, j));
+          for (int j = 0; j < 4; ++j)
+            b.w[u][m][j] = early ? gdn::ld_early_v4(w_piece(m, c, j)) : gdn::ld_stream_v4(w_piece(m, c, j));
           load_sw(b, u, m, c);
         }
       }
@@ -350,7 +352,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   // it still runs. Launched plainly, the wait returns at once.
   if constexpr (kPipe) {
     R cur, nxt;
-    load_w(cur, c_reg);
+    load_w(cur, c_reg, true);
     gdn::pdl_wait();
     compute_staged();
     load_x(cur, c_reg);
@@ -365,7 +367,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
   } else {
     R cur;
-    load_w(cur, c_reg);
+    load_w(cur, c_reg, true);
     gdn::pdl_wait();
     compute_staged();
     for (int c0 = c_reg; c0 < chunks; c0 += kStep) {

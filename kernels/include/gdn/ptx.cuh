@@ -48,6 +48,21 @@ __device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
   return r;
 }
 
+// The weight loads a kernel issues before griddepcontrol.wait: ld_stream_v4's, but coherent (no
+// .nc). ptxas moves non-coherent loads across the wait as it likes, and sinks them below it where
+// registers are tight (it did in every fp8 decode schedule of three CTAs a multiprocessor and in
+// NVFP4's early forms), which leaves none of them in flight while the quantizer runs; a coherent
+// load stays before it. The weight is not written while the kernel runs, so both read the same
+// bytes. bench/wait_order.py counts them in the SASS.
+__device__ __forceinline__ uint4 ld_early_v4(const void* p) {
+  uint4 r;
+  asm volatile(
+      "ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
 // Loads of what the preceding kernel of the stream wrote (the quantized activations and their
 // scales), after pdl_wait(): plain coherent global loads, kept after the wait. A non-coherent
 // load (ld.global.nc: __ldg, or what the compiler makes of a const __restrict__ pointer) promises
