@@ -355,6 +355,11 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   four for int8 at 1-4 rows and two for fp8 per channel on the one-wave short-K weights
     #   ([5120, 6144]); one for int8's other one-tile schedules ([16384, 5120] and up, [5120,
     #   17408]), one for block fp8 on the small weights and at 16 rows (deeper spills or loses).
+    # - the same once the first register round really is requested before the wait (gdn::
+    #   ld_early_v4; sweep_w8a8_pre_7dab117_h200.md, rows 1 and 8): fp8 per channel stages none on
+    #   the one-wave short-K weights (11.1 against 11.9 us at 1 row on [5120, 6144]) and one at
+    #   long K (25.9 against 26.8 on [5120, 17408]); int8 on the small weight none at 5-8 rows
+    #   (4.8 against 5.5 us at 8 rows).
     # - rows spread over more CTAs (token_tiles; sweep_w8a8_tiles_443c49b_h200.md): int8's one-tile
     #   form at 9-16 rows is the [12288, 2048] schedule (2, 1, 0, 3) (13.2 against 14.9 us on
     #   [5120, 6144]), or the small weights' own; fp8's on [12288, 2048] is its two-tile one
@@ -371,13 +376,13 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         return GemmCfg(1, 2, 0, 2, pre=1 if small else 0)
     if tiles == 1:
         if small:
-            return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4), FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4),
-                    FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
+            return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4 if rows <= 4 else 0),
+                    FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4), FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
         # The row-major schedules, with staging.
         cfg = gemm_config(fmt, rows, n, k)
         one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
         if fmt == FMT_FP8_CHANNEL:
-            pre = 2 if k >= 8192 or one_wave else 1
+            pre = 0 if one_wave else 1
         elif fmt == FMT_INT8 and cfg.m == 2:
             pre = 0  # two weight tiles a CTA (int8 at K <= 2048, e.g. [12288, 2048]) stage none
         elif fmt == FMT_INT8 and one_wave:
@@ -747,7 +752,9 @@ FP4_TILED_LONG_K = 8192
 # (sweep_nvfp4_few_20049a8_h200.md: at 1 row, with its first round requested before the
 # quantizer wait, 3-5% faster on [2048, 4096], [5120, 6144] and [5120, 17408], even on
 # [12288, 2048], 2-4% slower on [34816, 5120] and [16384, 5120]; at 2 rows within -3% to +12%).
-FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 426, 3)}, "base": {1: (1, 298, 3)}, "large": {}, "long": {1: (1, 298, 3)}}
+# Since that round is requested by loads ptxas keeps before the wait (sweep_nvfp4_7dab117_h200.md)
+# the small weight takes it without the L2 prefetch of its first wave (5.1 against 5.3 us).
+FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 298, 3)}, "base": {1: (1, 298, 3)}, "large": {}, "long": {1: (1, 298, 3)}}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
