@@ -324,3 +324,23 @@ def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
     for table in _build.FP4_TILED_FEW_BY_SIZE.values():
         for rows, sched in table.items():
             assert _build.fp4_schedule_tokens(sched) == rows
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") or not (shutil.which("cuobjdump") or shutil.which("nvdisasm")),
+                    reason="needs nvcc and cuobjdump or nvdisasm on the PATH to read the SASS")
+def test_first_weight_round_is_requested_before_the_quantizer_wait():
+    """Every shipped W8A8 decode instance and every early NVFP4 form issues weight loads before
+    griddepcontrol.wait as ptxas compiles it (bench/wait_order.py): the first round by coherent
+    loads, which ptxas keeps there; it had sunk non-coherent ones below the wait."""
+    from bench import wait_order
+
+    for path, family in (("w8a8", "w8a8_gemm"), ("nvfp4", "fp4_mx_gemm")):
+        names = wait_order.shipped(path)
+        funcs = wait_order.functions(wait_order.sass_of(family, names))
+        assert len(funcs) >= len(names)
+        for mangled, lines in funcs.items():
+            early = "w8a8_gemm_kernel" in mangled or any(f"Li{a}ELi" in mangled for a in (298, 426))
+            if early:
+                report = wait_order.counts(lines)
+                before = int(report.split("weight loads ")[1].split("/")[0])
+                assert before > 0, (mangled, report)
