@@ -326,6 +326,27 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   }
   // The staged chunks come first in the warp's chunk order; the register rounds follow.
   const int c_reg = warp + kPre * kWarps;
+
+  // The epilogue's scales (per channel and per token formats) copied into shared memory by
+  // cp.async, which holds no registers and stays where it is written: the weight's 16 kM before
+  // the quantizer wait, the activations' 8 kTiles right after it, so that the epilogue waits on no
+  // load from memory. Rows past N and tokens past rows are clamped (never stored). Not for block
+  // scales (applied a chunk), 2-byte scales (below cp.async's 4), nor fp8 per channel with four
+  // accumulator tiles and staging, where the copies' registers made ptxas spill.
+  constexpr int kFrags = kM * kTiles * 4;
+  constexpr bool kEarlyScales = kFmt != kFp8Block && sizeof(SwT) == 4 &&
+                                !(kFmt == kFp8Channel && kM * kTiles >= 4 && kPre > 0);
+  __shared__ float s_w[kEarlyScales ? 16 * kM : 1], s_x[kEarlyScales ? 8 * kTiles : 1];
+  if constexpr (kEarlyScales) {
+    if (threadIdx.x < 16 * kM) gdn::cp_async4(&s_w[threadIdx.x], sw + min(n0 + (int)threadIdx.x, N - 1));
+    gdn::cp_async_commit();
+  }
+  auto load_scales = [&]() {
+    if constexpr (kEarlyScales) {
+      if (threadIdx.x < 8 * kTiles) gdn::cp_async4(&s_x[threadIdx.x], sx + min(tok0 + (int)threadIdx.x, rows - 1));
+      gdn::cp_async_commit();
+    }
+  };
   auto compute_staged = [&]() {
     if constexpr (kPre > 0) {
       gdn::cp_async_wait<0>();
@@ -354,6 +375,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     R cur, nxt;
     load_w(cur, c_reg, true);
     gdn::pdl_wait();
+    load_scales();
     compute_staged();
     load_x(cur, c_reg);
     for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
@@ -369,6 +391,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     R cur;
     load_w(cur, c_reg, true);
     gdn::pdl_wait();
+    load_scales();
     compute_staged();
     for (int c0 = c_reg; c0 < chunks; c0 += kStep) {
       if (c0 != c_reg) load_w(cur, c0);
@@ -378,7 +401,6 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   }
 
   // Split-K reduction over warps, in warp order, then the epilogue.
-  constexpr int kFrags = kM * kTiles * 4;
   __shared__ Acc red[kWarps][kFrags][32];
 #pragma unroll
   for (int m = 0; m < kM; ++m)
@@ -386,6 +408,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) red[warp][(m * kTiles + j) * 4 + r][lane] = acc[m][j][r];
+  if constexpr (kEarlyScales) gdn::cp_async_wait<0>();  // this thread's scale copies
   __syncthreads();
   for (int e = threadIdx.x; e < kFrags * 32; e += kWarps * 32) {
     const int f = e >> 5, l = e & 31;
@@ -403,12 +426,22 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       }
     }
     float y;
-    if constexpr (kFmt == kInt8) {
-      y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), gdn::ld_dep(sx + tok)), to_float(sw[n]));
-    } else if constexpr (kFmt == kFp8Channel) {
-      y = gdn::mul_rn(gdn::mul_rn(sum, gdn::ld_dep(sx + tok)), to_float(sw[n]));
-    } else {
+    if constexpr (kFmt == kFp8Block) {
       y = sum;
+    } else {
+      float s_tok, s_n;
+      if constexpr (kEarlyScales) {
+        s_tok = s_x[tok - tok0];
+        s_n = s_w[n - n0];
+      } else {
+        s_tok = gdn::ld_dep(sx + tok);
+        s_n = to_float(sw[n]);
+      }
+      if constexpr (kFmt == kInt8) {
+        y = gdn::mul_rn(gdn::mul_rn(__int2float_rn(sum), s_tok), s_n);
+      } else {
+        y = gdn::mul_rn(gdn::mul_rn(sum, s_tok), s_n);
+      }
     }
     out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
   }
