@@ -240,8 +240,8 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
                 continue  # the rows spread over more CTAs: test_rows_spread_over_ctas_on_tile_major_weights
             if rows <= 8 and one_wave:
                 deep = {_build.FMT_INT8: 4 if rows <= 4 else 0,
-                        _build.FMT_FP8_CHANNEL: 4 if n * k <= 1 << 23 else 0,
-                        _build.FMT_FP8_BLOCK: 1 if n * k <= 1 << 23 else 0}[fmt]
+                        _build.FMT_FP8_CHANNEL: 4 if n * k <= _build._SMALL_WEIGHT else 0,
+                        _build.FMT_FP8_BLOCK: 1 if n * k <= _build._SMALL_WEIGHT else 0}[fmt]
                 assert cfg.pre == deep, (fmt, n, k, rows, cfg)
             else:
                 assert cfg.pre <= 2, (fmt, n, k, rows, cfg)
@@ -272,10 +272,11 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
             if tiles < natural:
                 top = 32 if fmt == int8 else 48
                 assert 9 <= rows <= top and not cfg.wg and not cfg.stages, (fmt, rows, n, k, cfg)
-                want = (_build.GemmCfg(2, 1, 0, 3, packed=1) if fmt == int8 and tiles == 1 and n * k > 1 << 23
+                small = n * k <= _build._SMALL_WEIGHT
+                want = (_build.GemmCfg(2, 1, 0, 3, packed=1) if fmt == int8 and tiles == 1 and not small
                         else _build.GemmCfg(1, 4, 0, 1, packed=1, pre=4) if fmt == int8 and tiles == 1
                         else _build.GemmCfg(2, 1, 0, 2, packed=1) if (n, k) == (12288, 2048) and tiles == 1
-                        else _build.GemmCfg(1, 2, 0, 2, packed=1, pre=int(n * k <= 1 << 23)))
+                        else _build.GemmCfg(1, 2, 0, 2, packed=1, pre=int(small)))
                 assert cfg == want, (fmt, rows, n, k, cfg)
 
 
@@ -334,12 +335,16 @@ def test_first_weight_round_is_requested_before_the_quantizer_wait():
     loads, which ptxas keeps there; it had sunk non-coherent ones below the wait."""
     from bench import wait_order
 
+    tables = list(_build.FP4_TILED_FEW_BY_SIZE.values()) + list(_build.FP4_TILED_BY_SIZE.values())
+    early_arith = {s[1] for table in tables for s in table.values() if s[1] & _build.FP4_ARITH_EARLY}
+    assert early_arith  # the shipped NVFP4 schedules have early forms to check
     for path, family in (("w8a8", "w8a8_gemm"), ("nvfp4", "fp4_mx_gemm")):
         names = wait_order.shipped(path)
         funcs = wait_order.functions(wait_order.sass_of(family, names))
         assert len(funcs) >= len(names)
         for mangled, lines in funcs.items():
-            early = "w8a8_gemm_kernel" in mangled or any(f"Li{a}ELi" in mangled for a in (298, 426))
+            # fp4_tiled_gemm_kernel<warps, groups, unroll, arith, ...>: arith is the fourth argument.
+            early = "w8a8_gemm_kernel" in mangled or any(f"Li{a}ELi" in mangled for a in early_arith)
             if early:
                 report = wait_order.counts(lines)
                 before = int(report.split("weight loads ")[1].split("/")[0])
