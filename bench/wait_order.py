@@ -9,12 +9,13 @@ it keeps coherent loads, cp.async copies (LDGSTS) and prefetches where they are.
 shipped W8A8 decode and NVFP4 tile-major instances with nvcc for sm_90a (the same sources and
 ptxas as NVRTC's, as bench/sass_mix.py) and prints, for each, the weight loads (those with the
 L2::256B hint, LTC256B), cp.async copies and prefetches before the last wait in program order
-against the function's totals. Needs nvcc, and cuobjdump or nvdisasm, on the PATH (a machine
-without a GPU can take nvdisasm from the `nvidia-cuda-nvdisasm` wheel, nvidia/cu13/bin).
+against the function's totals. Needs nvcc on the PATH, and cuobjdump there or nvdisasm there or
+from the `nvidia-cuda-nvdisasm` wheel (nvidia/cu13/bin; the test extras install it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -40,6 +41,20 @@ def shipped(path: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def disassembler() -> list[str] | None:
+    """cuobjdump -sass from the PATH, else nvdisasm -c from the PATH or the nvdisasm wheel."""
+    if shutil.which("cuobjdump"):
+        return ["cuobjdump", "-sass"]
+    if shutil.which("nvdisasm"):
+        return ["nvdisasm", "-c"]
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        tool = Path(base) / "cu13" / "bin" / "nvdisasm"
+        if tool.is_file():
+            return [str(tool), "-c"]
+    return None
+
+
 def sass_of(family: str, names: list[str]) -> str:
     from gdn_kernels import _build
 
@@ -50,8 +65,7 @@ def sass_of(family: str, names: list[str]) -> str:
         cu.write_text(f'#include "{src}"\nconst void* gdn_sass_refs[] = {{\n{refs}\n}};\n')
         subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-ftz=true", "-I",
                         str(_build.kernel_dir() / "include"), "-o", str(cubin), str(cu)], check=True)
-        tool = ["cuobjdump", "-sass"] if shutil.which("cuobjdump") else ["nvdisasm", "-c"]
-        return subprocess.run(tool + [str(cubin)], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(disassembler() + [str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
 def functions(sass: str) -> dict[str, list[str]]:

@@ -327,13 +327,14 @@ def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
             assert _build.fp4_schedule_tokens(sched) == rows
 
 
-@pytest.mark.skipif(not shutil.which("nvcc") or not (shutil.which("cuobjdump") or shutil.which("nvdisasm")),
-                    reason="needs nvcc and cuobjdump or nvdisasm on the PATH to read the SASS")
 def test_first_weight_round_is_requested_before_the_quantizer_wait():
     """Every shipped W8A8 decode instance and every early NVFP4 form issues weight loads before
     griddepcontrol.wait as ptxas compiles it (bench/wait_order.py): the first round by coherent
     loads, which ptxas keeps there; it had sunk non-coherent ones below the wait."""
     from bench import wait_order
+
+    if not shutil.which("nvcc") or not wait_order.disassembler():
+        pytest.skip("needs nvcc on the PATH and cuobjdump or nvdisasm (the test extras' nvidia-cuda-nvdisasm)")
 
     tables = list(_build.FP4_TILED_FEW_BY_SIZE.values()) + list(_build.FP4_TILED_BY_SIZE.values())
     early_arith = {s[1] for table in tables for s in table.values() if s[1] & _build.FP4_ARITH_EARLY}
