@@ -19,7 +19,7 @@ from gdn_kernels import W8a8Ctx  # noqa: E402
 from bench.plot import write_report  # noqa: E402
 from gdn_kernels import bench as harness  # noqa: E402
 
-SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+SHAPES = harness.MODEL_SHAPES
 ROWS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+from gdn_kernels.bench import MODEL_SHAPES  # noqa: E402
+
+SHAPES = MODEL_SHAPES
 
 
 def write_sweep(outdir: Path, name: str, meta: dict, records: list, caption: str, fixed: dict) -> None:

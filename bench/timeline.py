@@ -37,7 +37,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+from gdn_kernels.bench import MODEL_SHAPES  # noqa: E402
+
+SHAPES = MODEL_SHAPES
 # Records a module's trace buffer holds (gdn::kTraceCap), 32 bytes each.
 TRACE_CAP = 1 << 18
 # Kernel families that may hold each path's quantizer and GEMM (NVFP4's few-token schedules may

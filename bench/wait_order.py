@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def shipped(path: str) -> list[str]:
     from gdn_kernels import _build
+    from gdn_kernels.bench import MODEL_SHAPES
 
     if path == "nvfp4":
         return [n for n in _build.FAMILIES["fp4_mx_gemm"].instances if "tiled" in n and "bfloat16" in n]
     names = []
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
-        for n, k in ((16384, 5120), (34816, 5120), (5120, 17408), (5120, 6144), (12288, 2048), (2048, 4096)):
+        for n, k in MODEL_SHAPES:
             for rows in (1, 2, 4, 8, 16, 24, 32, 48):
                 tiles, cfg = _build.gemm_schedule(fmt, rows, n, k, True)
                 if not (cfg.wg or cfg.stages):

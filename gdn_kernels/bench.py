@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 L2_ROTATE_FACTOR = 4
+# The GDN and FFN projection shapes [N, K] the benchmarks, sweeps and schedule tests run over.
+MODEL_SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
 
 
 @dataclass

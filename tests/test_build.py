@@ -11,6 +11,7 @@ import shutil
 import pytest
 
 from gdn_kernels import _build
+from gdn_kernels.bench import MODEL_SHAPES
 
 GATE_REQUIRED = os.environ.get("GDN_KERNELS_REQUIRE_COMPILE_GATE", "0") not in ("", "0")
 
@@ -182,7 +183,7 @@ def test_int8_256_token_tiles_only_where_they_fill_one_wave():
     with K >= WG256_WS_MIN_K ([16384, 5120]) run the producer-warp kernel, which nothing else
     runs and which is named only unsplit with both operands by tensor copies."""
     lo, hi = _build.WG256_CTAS
-    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    model = MODEL_SHAPES
     for rows in range(64, 257):
         for n, k in model + [(4096, 1024), (40000, 5120)]:
             ctas = -(-rows // 256) * -(-n // 128)
@@ -205,7 +206,7 @@ def test_int8_256_token_tiles_only_where_they_fill_one_wave():
 def test_int8_64_token_tiles_where_their_split_makes_more_ctas():
     """Beyond 64 rows int8 takes 128 tokens a CTA, except where 64 tokens with a K split make more
     CTAs (still one wave) than 128 tokens do: of the model shapes, [2048, 4096] at 129-256 rows."""
-    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    model = MODEL_SHAPES
     for packed in (False, True):
         for rows in range(65, 257):
             for n, k in model:
@@ -230,7 +231,7 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
     weights, none for int8 at 5-8 rows and for fp8 per channel there (its first register round
     already in flight before the wait); the multi-wave weights stage at most two. Every staged
     schedule leaves room for its CTAs a multiprocessor."""
-    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    model = MODEL_SHAPES
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for (n, k), rows in itertools.product(model, (1, 2, 4, 8, 16)):
             cfg = _build.gemm_config(fmt, rows, n, k, True)
@@ -254,7 +255,7 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
     9-16 rows on the small weights and [12288, 2048], two tiles for fp8 at 17-48 rows and int8 at
     17-32 on the small weights. The grid covers every row, and the spread schedules are the
     measured ones."""
-    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    model = MODEL_SHAPES
     int8, fp8c, fp8b = _build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
     spread = {(int8, 16, 12288, 2048): 1, (int8, 16, 2048, 4096): 1, (int8, 16, 5120, 6144): 1,
               (fp8c, 16, 2048, 4096): 1, (fp8b, 16, 2048, 4096): 1,
@@ -298,7 +299,7 @@ def test_fp8_two_weight_tiles_on_the_wide_mid_size_weights():
     """At 1-8 rows on tile-major weights fp8 (both formats) takes two 16-row weight tiles a CTA at
     two CTAs a multiprocessor on [12288, 2048] and [16384, 5120] (the measured wins), not on
     [34816, 5120], the N = 5120 weights or the small one; int8 keeps its schedules."""
-    model = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
+    model = MODEL_SHAPES
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for (n, k), rows in itertools.product(model, (1, 4, 8)):
             cfg = _build.gemm_config(fmt, rows, n, k, True)

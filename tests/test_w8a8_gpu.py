@@ -11,6 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gdn_kernels import reference as ref
+from gdn_kernels.bench import MODEL_SHAPES
 from tests.gpu_util import (
     NP_DTYPE,
     assert_tile_major,
@@ -351,7 +352,6 @@ def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, rows_list):
 
 
 # The model shapes of ../shared/FORMATS.md, [N, K].
-MODEL_SHAPES = [(12288, 2048), (2048, 4096), (16384, 5120), (5120, 6144), (34816, 5120), (5120, 17408)]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
