@@ -49,6 +49,10 @@ _PDL_QUANT_ENV = os.environ.get("GDN_KERNELS_PDL_QUANT")
 PDL_QUANT_W8A8 = PDL_ENABLED and _PDL_QUANT_ENV not in ("", "0")
 PDL_QUANT_NVFP4 = PDL_ENABLED and _PDL_QUANT_ENV not in (None, "", "0")
 
+# Preferred shared-memory carveout of every kernel, percent of the largest (GDN_KERNELS_CARVEOUT;
+# unset: the driver's default).
+CARVEOUT = int(os.environ["GDN_KERNELS_CARVEOUT"]) if os.environ.get("GDN_KERNELS_CARVEOUT", "") != "" else None
+
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
 
@@ -1098,6 +1102,8 @@ class DeviceModules:
                 fn = mod.get_function(name)
                 if smem:
                     fn.max_dynamic_shared_size_bytes = smem
+                if CARVEOUT is not None:
+                    fn.preferred_shared_memory_carveout = CARVEOUT
                 k = Kernel(fn.kernel.ptr, fmt, name, smem)
             self._kernels[key] = k
         return k
