@@ -27,7 +27,7 @@ def _key(schedule) -> str:
     return (f"u{unroll}_b{min_blocks}" + ("", "_cf", "_ms")[arith & 3] + ("_im" if arith & _build.FP4_ARITH_IMAD else "")
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
             + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else "")
-            + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else "")
+            + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else "") + ("_ring" if arith & _build.FP4_ARITH_RING else "")
             + (f"_t{_build.fp4_schedule_tokens(schedule)}" if _build.fp4_schedule_tokens(schedule) else ""))
 
 
@@ -108,7 +108,8 @@ def main() -> int:
                "masks as IMADs), pin (decode tables held in registers), pf (next chunks loaded before the current ones are "
                "computed), early (first round's weight loaded before the quantizer wait), mb (B operands read pre-masked "
                "from the quantizer's masked form), l2 (the first wave's CTAs prefetch their tiles into L2 before the "
-               "quantizer wait), t1 / t2 (the few-token form for slices of 1 / 2 rows): _build.FP4_ARITH. A column ending in 'alone' is that "
+               "quantizer wait), ring (the next u chunks of weight a warp in flight in a shared-memory ring, by cp.async), "
+               "t1 / t2 (the few-token form for slices of 1 / 2 rows): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,
                 {"N": "N", "K": "K", "rows": "rows", "floor": "floor_us", "shipped": "shipped",

@@ -291,7 +291,7 @@ class Nvfp4Ctx:
                              f"not {rows} (_build.fp4_masked_rows)")
         name = _build.fp4_tiled_instance(groups, dtype, sched)
         family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-        return self.modules.kernel(family, name, _GEMM_ARGS), masked
+        return self.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched)), masked
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
         """(quantizer, its threads, CTAs a row, masked operand, GEMM, its grid) of rows <= max_rows."""

@@ -493,9 +493,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // kMinBlocks CTAs a multiprocessor in launch order) asks L2 for its whole tile (one bulk
 // prefetch of codes and one of scales) before the quantizer wait, so the weight streams while
 // the quantizer runs; + kTok1 or kTok2: the few-token form (few_token_stream) for slices of at most
-// one or two rows (with kEarly: its first round's weight codes requested before the wait).
+// one or two rows (with kEarly: its first round's weight codes requested before the wait);
+// + kRing: each warp keeps its next kUnroll chunks of weight (codes and scales) in flight in a ring
+// of shared memory, copied by cp.async (no registers held), the first kUnroll requested before the
+// quantizer wait; each chunk's copy is issued once the chunk before it in that slot is computed.
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512;
+              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512, kRing = 1024;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -730,8 +733,9 @@ __device__ __forceinline__ void few_token_stream(const uint8_t* p_w, const uint8
 }
 
 // kWarps: K-split ways (FP4_WARPS, as above).  kGroups: 4-token groups a CTA.  kUnroll: chunks
-// in flight a warp.  kArith: the arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad,
-// kPinTables, kPrefetch and kEarly; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
+// in flight a warp (in registers; with kRing, the depth of its shared-memory ring).  kArith: the
+// arithmetic's form (kDirect, kConvFree or kMagicSum, plus kImad, kPinTables, kPrefetch, kEarly and
+// kRing; the same bits).  kMinBlocks: CTAs a multiprocessor the registers must allow
 // (launch bounds; 0 leaves the register count to ptxas).
 // OutT: bf16 or fp16.
 // w: tile-major codes, [ceil(N/16)][K/128] 1 KB chunks.  sw: tile-major e4m3 scales,
@@ -838,6 +842,41 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
                                                   : xd + tok_b * K + t * 32;
     const float* p_sa = sx + (long long)min(tok0 + t % kTok, rows - 1) * blocks;
     few_token_stream<kWarps, kTok, kArith>(p_w, p_s, p_xb, p_sa, chunks, warp, lane, tab, acc[0]);
+  } else if constexpr ((kArith & kRing) != 0) {
+    static_assert((kArith & (kEarly | kPrefetch)) == 0, "the ring requests its first chunks early itself");
+    // Slot i of this warp's ring: the chunk's two code pieces and its scale piece, 16 bytes a lane
+    // each, at ring[((warp * kUnroll + i) * 3 + piece) * 32 + lane] (dynamic shared memory,
+    // _build.fp4_tiled_smem). Each lane copies and reads back only its own bytes, so its own
+    // cp.async wait orders them, and it refills a slot only after computing on what it read.
+    extern __shared__ uint4 ring[];
+    uint4* mine = ring + warp * kUnroll * 96 + lane;
+    auto issue = [&](int i, int c) {
+      if (c < chunks) {
+        const uint8_t* p = p_w + (long long)c * 1024;
+        gdn::cp_async16(mine + i * 96, p);
+        gdn::cp_async16(mine + i * 96 + 32, p + 512);
+        gdn::cp_async16(mine + i * 96 + 64, p_s + (long long)c * 128);
+      }
+      gdn::cp_async_commit();  // one group a slot, empty past the stream's end, so the counts hold
+    };
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i) issue(i, warp + i * kWarps);
+    // Programmatic dependent launch: see w8a8_gemm.cu (cp.async stays before the wait).
+    gdn::pdl_wait();
+    int i = 0;
+    for (int c = warp; c < chunks; c += kWarps) {
+      gdn::cp_async_wait<kUnroll - 1>();  // this slot's group (the oldest) has landed
+      const uint4 w0 = mine[i * 96], w1 = mine[i * 96 + 32], sb = mine[i * 96 + 64];
+      uint4 xv[kGroups][2];
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        xv[j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
+        xv[j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
+      }
+      tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, tab, acc);
+      issue(i, c + kUnroll * kWarps);
+      i = i + 1 == kUnroll ? 0 : i + 1;
+    }
   } else if constexpr ((kArith & kEarly) != 0) {
     // The first round's weight bytes are requested before the quantizer wait, the rest after.
     Round r;
