@@ -135,7 +135,7 @@ class GemmCfg:
     ``packed`` 1 reads the tile-major weight layout (W8a8Weight.tile_major), 0 the row-major one.
     ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
-    this one, ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies
+    this one (2: no register rounds, every chunk through the ``pre`` slots as a ring), ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies
     into shared memory before it waits on the quantizer (so the weight streams while the
     quantizer runs). ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
@@ -632,15 +632,22 @@ PRE_SWEEP_BASES = {
 }
 
 
+# The ring (pipe 2: every chunk through ``pre`` shared-memory slots, none in register rounds), swept
+# beside them: (weight tiles, CTAs a multiprocessor, slots).
+RING_SWEEP = {1: ((1, 3, 3), (1, 3, 4), (2, 3, 2), (1, 2, 4), (1, 4, 3)),
+              2: ((1, 3, 3), (1, 2, 4), (2, 2, 2), (2, 3, 2), (1, 4, 3))}
+
+
 def pre_sweep_cfgs(tiles: int) -> tuple[GemmCfg, ...]:
     """Tile-major schedules of the staging sweep for a tile count (1 or 2): every base with
-    ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows."""
+    ``pre`` 0 (the comparison), 1, 2 and 4 where shared memory allows, then the rings."""
     cfgs = []
     for c in PRE_SWEEP_BASES.get(tiles, ()):
         for pre in (0, 1, 2, 4):
             cfg = GemmCfg(c.m, c.unroll, c.pipe, c.min_blocks, 0, packed=1, pre=pre)
             if cfg.smem * c.min_blocks <= 200 * 1024:
                 cfgs.append(cfg)
+    cfgs += [GemmCfg(m, 1, 2, b, 0, packed=1, pre=slots) for m, b, slots in RING_SWEEP.get(tiles, ())]
     return tuple(cfgs)
 
 

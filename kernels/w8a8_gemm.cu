@@ -132,7 +132,9 @@ struct Round {
 // kFmt: one of the formats above.  kWarps: K-split ways (warps a CTA).  kTiles: 8-token tiles a
 // CTA.  kM: 16-row weight tiles a CTA (every warp takes its K chunks of all of them, so a token
 // fragment loaded once feeds kM MMAs).  kUnroll: chunks a warp loads a round.  kPipe: 1 loads
-// round r + 1 before computing round r (twice the registers, loads always in flight).
+// round r + 1 before computing round r (twice the registers, loads always in flight); 2 streams
+// every chunk through the kPre shared-memory slots below as a ring (each slot refilled by cp.async
+// once its chunk is computed; no register rounds, kUnroll unused).
 // kMinBlocks: CTAs a multiprocessor should hold (register cap for ptxas).  kPacked: the weight's
 // layout, 0 row-major, 1 tile-major (below).  kPre: chunks of each warp's weight (all kM tiles)
 // copied into dynamic shared memory (kWarps * kPre * kM * 2048 bytes) before the wait on the
@@ -304,29 +306,6 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     }
   };
 
-  // Shared-memory staging (kPre > 0): piece j of tile m of the warp's i-th chunk, lane l, at
-  // ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + l) * 16. Each lane reads back only the bytes it
-  // copied, so its own cp.async wait orders them.
-  extern __shared__ __align__(128) uint8_t smem[];
-  auto pre_slot = [&](int i, int m, int j) {
-    return smem + ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + lane) * 16;
-  };
-  if constexpr (kPre > 0) {
-#pragma unroll
-    for (int i = 0; i < kPre; ++i) {
-      const int c = warp + i * kWarps;
-      if (c < chunks) {
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) gdn::cp_async16(pre_slot(i, m, j), w_piece(m, c, j));
-      }
-    }
-    gdn::cp_async_commit();
-  }
-  // The staged chunks come first in the warp's chunk order; the register rounds follow.
-  const int c_reg = warp + kPre * kWarps;
-
   // The epilogue's scales (per channel and per token formats) copied into shared memory by
   // cp.async, which holds no registers and stays where it is written: the weight's 16 kM before
   // the quantizer wait, the activations' 8 kTiles right after it, so that the epilogue waits on no
@@ -341,12 +320,43 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     if (threadIdx.x < 16 * kM) gdn::cp_async4(&s_w[threadIdx.x], sw + min(n0 + (int)threadIdx.x, N - 1));
     gdn::cp_async_commit();
   }
+  // (The ring, kPipe 2, commits the activations' copy with its next slot's: each of its waits then
+  // counts slot groups alone.)
   auto load_scales = [&]() {
     if constexpr (kEarlyScales) {
       if (threadIdx.x < 8 * kTiles) gdn::cp_async4(&s_x[threadIdx.x], sx + min(tok0 + (int)threadIdx.x, rows - 1));
-      gdn::cp_async_commit();
+      if constexpr (kPipe != 2) gdn::cp_async_commit();
     }
   };
+
+  // Shared-memory staging (kPre > 0): piece j of tile m of the warp's i-th chunk, lane l, at
+  // ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + l) * 16. Each lane reads back only the bytes it
+  // copied, so its own cp.async wait orders them.
+  extern __shared__ __align__(128) uint8_t smem[];
+  auto pre_slot = [&](int i, int m, int j) {
+    return smem + ((((warp * kPre + i) * kM + m) * 4 + j) * 32 + lane) * 16;
+  };
+  static_assert(kPipe != 2 || kPre > 0, "the ring needs slots");
+  // Slot i's copy of chunk c (all kM tiles; nothing past the stream's end).
+  auto stage = [&](int i, int c) {
+    if (c < chunks) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) gdn::cp_async16(pre_slot(i, m, j), w_piece(m, c, j));
+    }
+  };
+  if constexpr (kPre > 0) {
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+      stage(i, warp + i * kWarps);
+      if constexpr (kPipe == 2) gdn::cp_async_commit();  // the ring: one group a slot
+    }
+    if constexpr (kPipe != 2) gdn::cp_async_commit();
+  }
+  // The staged chunks come first in the warp's chunk order; the register rounds follow.
+  const int c_reg = warp + kPre * kWarps;
+
   auto compute_staged = [&]() {
     if constexpr (kPre > 0) {
       gdn::cp_async_wait<0>();
@@ -371,7 +381,30 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   // The first register round's weight (and the staged chunks) are requested before waiting on
   // the quantizer: with programmatic dependent launch (GDN_KERNELS_PDL=1) those bytes arrive while
   // it still runs. Launched plainly, the wait returns at once.
-  if constexpr (kPipe) {
+  if constexpr (kPipe == 2) {
+    // The ring: the warp's i-th chunk from slot i % kPre, whose group is the (i + 1)-th committed
+    // after the weight scales' (slot groups only: the activations' scale copy rides with the first
+    // refill), so waiting until at most kPre - 1 groups are pending lands it.
+    gdn::pdl_wait();
+    load_scales();
+    int i = 0;
+    for (int c = warp; c < chunks; c += kWarps) {
+      gdn::cp_async_wait<kPre - 1>();
+      Round<kFmt, kM, kTiles, 1> b;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) b.w[0][m][j] = *reinterpret_cast<const uint4*>(pre_slot(i, m, j));
+        load_sw(b, 0, m, c);
+      }
+      load_x(b, c);
+      compute(b, c);
+      // The slot's bytes are in registers and computed on: refill it.
+      stage(i, c + kPre * kWarps);
+      gdn::cp_async_commit();
+      i = i + 1 == kPre ? 0 : i + 1;
+    }
+  } else if constexpr (kPipe) {
     R cur, nxt;
     load_w(cur, c_reg, true);
     gdn::pdl_wait();
@@ -408,7 +441,10 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) red[warp][(m * kTiles + j) * 4 + r][lane] = acc[m][j][r];
-  if constexpr (kEarlyScales) gdn::cp_async_wait<0>();  // this thread's scale copies
+  if constexpr (kEarlyScales) {
+    if constexpr (kPipe == 2) gdn::cp_async_commit();  // the activations' scale copy, if no refill took it
+    gdn::cp_async_wait<0>();                         // this thread's scale copies
+  }
   __syncthreads();
   for (int e = threadIdx.x; e < kFrags * 32; e += kWarps * 32) {
     const int f = e >> 5, l = e & 31;
