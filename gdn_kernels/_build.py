@@ -265,6 +265,11 @@ _LARGE_WEIGHT = 1 << 26
 DECODE_WAVE_CTAS = 3 * 132
 
 
+# At 1 row, weights of at least this N (and not block fp8) stream every chunk through a ring of 3
+# shared-memory slots a warp (GemmCfg.pipe 2; sweep_w8a8_ring_ac6193f_h200.md: 3-4% faster on
+# [34816, 5120], slower at 4-8 rows).
+_RING_ONE_ROW_MIN_N = 32768
+
 # Tile-major weights up to this N (and K below 8192) run int8's 9-16 rows as two CTAs of 8 tokens
 # a weight tile.
 _SPREAD_INT8_MAX_N = 12288
@@ -369,6 +374,12 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     #   [5120, 6144]), or the small weights' own; fp8's on [12288, 2048] is its two-tile one
     #   (_fp8_two_weight_tiles); the others spread take (1, 2, 0, 2), a chunk staged on the small
     #   weights.
+    # - the ring (pipe 2: every chunk through the staging slots; sweep_w8a8_ring_ac6193f_h200.md,
+    #   whole projections): block fp8 at 9-16 rows on the one-wave weights [5120, 6144] and
+    #   [5120, 17408] with two weight tiles, two slots (13.6 against 16.2 us, 30.4 against 35.7),
+    #   fp8 per channel there at K < 8192 with one tile and three slots (14.2 against 15.0); at 1
+    #   row int8 and fp8 per channel on [34816, 5120] (_RING_ONE_ROW_MIN_N); slower at 1-8 rows
+    #   elsewhere, and block fp8's three-CTA rings spill.
     tiles = token_tiles(fmt, rows, n, k, True)
     small = n * k <= _SMALL_WEIGHT
     large = n * k >= _LARGE_WEIGHT
@@ -378,13 +389,16 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         if fmt == FMT_INT8 and tiles == 1:
             return GemmCfg(1, 4, 0, 1, pre=4) if small else GemmCfg(2, 1, 0, 3)
         return GemmCfg(1, 2, 0, 2, pre=1 if small else 0)
+    one_wave_n = -(-n // 16) <= DECODE_WAVE_CTAS
     if tiles == 1:
         if small:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4 if rows <= 4 else 0),
                     FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4), FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
+        if rows == 1 and n >= _RING_ONE_ROW_MIN_N and fmt != FMT_FP8_BLOCK:
+            return GemmCfg(1, 1, 2, 3, pre=3)
         # The row-major schedules, with staging.
         cfg = gemm_config(fmt, rows, n, k)
-        one_wave = -(-n // 16) <= DECODE_WAVE_CTAS and k < 8192
+        one_wave = one_wave_n and k < 8192
         if fmt == FMT_FP8_CHANNEL:
             pre = 0 if one_wave else 1
         elif fmt == FMT_INT8 and cfg.m == 2:
@@ -399,6 +413,12 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if tiles == 2:
         if small:
             return GemmCfg(1, 2, 1, 1)
+        # The ring on the one-wave weights (N up to 16 DECODE_WAVE_CTAS) at 9-16 rows, fewer registers
+        # than two register rounds of two token tiles.
+        if fmt == FMT_FP8_BLOCK and one_wave_n:
+            return GemmCfg(2, 1, 2, 2, pre=2)
+        if fmt == FMT_FP8_CHANNEL and one_wave_n and k < 8192:
+            return GemmCfg(1, 1, 2, 3, pre=3)
         if large and fmt != FMT_FP8_BLOCK:
             # Two weight tiles a CTA (sweep_w8a8_b2_08de3ea_h200.md, 16 rows: int8 [16384, 5120]
             # 25.8 against 27.2 us, [5120, 17408] 28.7 against 30.7; fp8 per channel 26.6 against
@@ -755,9 +775,11 @@ FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # values: B operands pre-masked by the quantizer gain at 1-4 rows (on smaller weights the
 # quantizer's doubled operand costs about what the GEMM saves; at 8+ rows the doubled operand
 # leaves L1); "long", a large weight of K >= FP4_TILED_LONG_K: the large schedules, but the
-# few-token form at 1 row (below).
+# few-token form at 1 row (below), and at 9-16 rows the weight's next two chunks a warp in flight in
+# a shared-memory ring (FP4_ARITH_RING; sweep_nvfp4_ring_7e50a8f_h200.md: 53.0 against 62.0 us on
+# [5120, 17408] at 16 rows; slower on the other shapes and row counts).
 FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
-                     "large": {1: (1, 74, 4)}, "long": {1: (1, 74, 4)}}
+                     "large": {1: (1, 74, 4)}, "long": {1: (1, 74, 4), 4: (2, 1034, 2)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
 FP4_TILED_LONG_K = 8192

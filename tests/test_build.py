@@ -239,6 +239,8 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
             one_wave = -(-n // 16) <= _build.DECODE_WAVE_CTAS and k < 8192
             if _build.token_tiles(fmt, rows, n, k, True) < _build.gemm_tiles(rows):
                 continue  # the rows spread over more CTAs: test_rows_spread_over_ctas_on_tile_major_weights
+            if cfg.pipe == 2:
+                continue  # slots of a ring, not staging: test_tile_major_ring_where_measured_faster
             if rows <= 8 and one_wave:
                 deep = {_build.FMT_INT8: 4 if rows <= 4 else 0,
                         _build.FMT_FP8_CHANNEL: 4 if n * k <= _build._SMALL_WEIGHT else 0,
@@ -246,6 +248,26 @@ def test_tile_major_decode_staging_deepest_where_the_grid_is_one_wave():
                 assert cfg.pre == deep, (fmt, n, k, rows, cfg)
             else:
                 assert cfg.pre <= 2, (fmt, n, k, rows, cfg)
+
+
+def test_tile_major_ring_where_measured_faster():
+    """The ring (pipe 2: every chunk through shared-memory slots) runs, among the model shapes,
+    exactly where sweep_w8a8_ring_ac6193f_h200.md measured it faster: block fp8 at 9-16 rows on the
+    one-wave weights (N 5120, two weight tiles, two slots), fp8 per channel there below K 8192 (one
+    tile, three slots), and int8 and fp8 per channel at 1 row on [34816, 5120] (three slots); never
+    on row-major weights. Its slots fit the CTAs a multiprocessor."""
+    fp8c, fp8b = _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK
+    want = {(fp8b, 16, 5120, 6144): (2, 2, 2), (fp8b, 16, 5120, 17408): (2, 2, 2), (fp8c, 16, 5120, 6144): (1, 3, 3),
+            (_build.FMT_INT8, 1, 34816, 5120): (1, 3, 3), (fp8c, 1, 34816, 5120): (1, 3, 3)}
+    for fmt in (_build.FMT_INT8, fp8c, fp8b):
+        for (n, k), rows in itertools.product(MODEL_SHAPES, (1, 2, 4, 8, 12, 16, 24, 64)):
+            assert _build.gemm_config(fmt, rows, n, k).pipe != 2
+            cfg = _build.gemm_config(fmt, rows, n, k, True)
+            key = (fmt, 16 if 9 <= rows <= 16 else rows, n, k)
+            got = (cfg.m, cfg.min_blocks, cfg.pre) if cfg.pipe == 2 else None
+            assert got == want.get(key), (key, cfg)
+            if got:
+                assert cfg.smem * cfg.min_blocks <= 228 * 1024
 
 
 def test_rows_spread_over_ctas_on_tile_major_weights():
