@@ -306,12 +306,15 @@ def test_rows_spread_over_ctas_on_tile_major_weights():
 def test_two_weight_tiles_at_16_rows_on_the_large_weights():
     """At 9-16 rows on the tile-major large weights ([16384, 5120] and up) int8 and fp8 per channel
     take two 16-row weight tiles a CTA at two CTAs a multiprocessor, staging a chunk a warp at long
-    K; block fp8 keeps one tile (its two-tile form spills)."""
+    K; block fp8 keeps one tile (its two-tile register form spills), but on the one-wave [5120,
+    17408] takes two tiles through the ring of two slots."""
     for fmt in (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         for (n, k), rows in itertools.product([(16384, 5120), (34816, 5120), (5120, 17408)], (9, 16)):
             cfg = _build.gemm_config(fmt, rows, n, k, True)
             assert _build.token_tiles(fmt, rows, n, k, True) == 2
-            if fmt == _build.FMT_FP8_BLOCK:
+            if fmt == _build.FMT_FP8_BLOCK and n == 5120:
+                assert cfg == _build.GemmCfg(2, 1, 2, 2, packed=1, pre=2), cfg
+            elif fmt == _build.FMT_FP8_BLOCK:
                 assert cfg.m == 1, cfg
             else:
                 assert cfg == _build.GemmCfg(2, 1, 0, 2, packed=1, pre=int(k >= 8192)), (fmt, n, k, cfg)
@@ -353,7 +356,9 @@ def test_nvfp4_slice_schedules_are_compiled_and_fit_their_rows():
 def test_first_weight_round_is_requested_before_the_quantizer_wait():
     """Every shipped W8A8 decode instance and every early NVFP4 form issues weight loads before
     griddepcontrol.wait as ptxas compiles it (bench/wait_order.py): the first round by coherent
-    loads, which ptxas keeps there; it had sunk non-coherent ones below the wait."""
+    loads, which ptxas keeps there; it had sunk non-coherent ones below the wait. The rings (W8A8
+    pipe 2, NVFP4 FP4_ARITH_RING), which load no weight into registers, copy their first slots
+    before it."""
     from bench import wait_order
 
     if not shutil.which("nvcc") or not wait_order.disassembler():
@@ -362,6 +367,7 @@ def test_first_weight_round_is_requested_before_the_quantizer_wait():
     tables = list(_build.FP4_TILED_FEW_BY_SIZE.values()) + list(_build.FP4_TILED_BY_SIZE.values())
     early_arith = {s[1] for table in tables for s in table.values() if s[1] & _build.FP4_ARITH_EARLY}
     assert early_arith  # the shipped NVFP4 schedules have early forms to check
+    early_arith |= {s[1] for table in tables for s in table.values() if s[1] & _build.FP4_ARITH_RING}
     for path, family in (("w8a8", "w8a8_gemm"), ("nvfp4", "fp4_mx_gemm")):
         names = wait_order.shipped(path)
         funcs = wait_order.functions(wait_order.sass_of(family, names))
@@ -371,5 +377,7 @@ def test_first_weight_round_is_requested_before_the_quantizer_wait():
             early = "w8a8_gemm_kernel" in mangled or any(f"Li{a}ELi" in mangled for a in early_arith)
             if early:
                 report = wait_order.counts(lines)
-                before = int(report.split("weight loads ")[1].split("/")[0])
+                before, total = map(int, report.split("weight loads ")[1].split(",")[0].split("/"))
+                if total == 0:  # a ring: its first slots by cp.async
+                    before = int(report.split("cp.async ")[1].split("/")[0])
                 assert before > 0, (mangled, report)
