@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of one environment setting in one device call: the benchmark run alternately without (a) and
 # with (b) the setting, twice each, so that both see the same card and clocks.
-#   AB_ENV="GDN_KERNELS_CARVEOUT=100" OUT=/tmp/out bash bench/ab_env.sh NAME [w8a8|nvfp4 ...]
+#   AB_ENV="GDN_KERNELS_PDL_QUANT=0" OUT=/tmp/out bash bench/ab_env.sh NAME [w8a8|nvfp4 ...]
 # Writes $OUT/results/<family>_<NAME>_{a1,b1,a2,b2}.json (and .md); bench/ab_table.py compares them
 # (--new '..._b*.json' --old '..._a*.json'). AB_ARGS: the benchmarks' arguments (default rows 1-16,
 # no torch, 20 replays).

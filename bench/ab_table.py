@@ -1,6 +1,6 @@
 """A/B table of benchmark runs: "new" runs against "old" runs of the same cases, in percent.
 
-    python bench/ab_table.py --new 'results/x_new*.json' --old 'results/x_old*.json' [--title T]
+    python bench/ab_table.py --new 'results/x_new*.json' --old 'results/x_old*.json' [--floor-rows 1,2,4,8,16]
 
 Each argument is a glob of bench_w8a8.py / bench_nvfp4.py JSON files (alternated runs of one device
 call). Per (format, N, K, rows): the mean time of the new runs against the mean of the old ones,

@@ -49,10 +49,6 @@ _PDL_QUANT_ENV = os.environ.get("GDN_KERNELS_PDL_QUANT")
 PDL_QUANT_W8A8 = PDL_ENABLED and _PDL_QUANT_ENV not in ("", "0")
 PDL_QUANT_NVFP4 = PDL_ENABLED and _PDL_QUANT_ENV not in (None, "", "0")
 
-# Preferred shared-memory carveout of every kernel, percent of the largest (GDN_KERNELS_CARVEOUT;
-# unset: the driver's default).
-CARVEOUT = int(os.environ["GDN_KERNELS_CARVEOUT"]) if os.environ.get("GDN_KERNELS_CARVEOUT", "") != "" else None
-
 if "GDN_KERNELS_CACHE_DIR" in os.environ:
     os.environ.setdefault("CUPY_CACHE_DIR", os.environ["GDN_KERNELS_CACHE_DIR"])
 
@@ -135,9 +131,10 @@ class GemmCfg:
     ``packed`` 1 reads the tile-major weight layout (W8a8Weight.tile_major), 0 the row-major one.
     ``stages`` 0: w8a8_gemm_kernel, the decode kernel: ``m`` 16-row weight tiles a CTA,
     ``unroll`` chunks a warp loads a round, ``pipe`` 1 to load the next round before computing
-    this one (2: no register rounds, every chunk through the ``pre`` slots as a ring), ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies
-    into shared memory before it waits on the quantizer (so the weight streams while the
-    quantizer runs). ``stages`` > 0:
+    this one (2: no register rounds, every chunk through the ``pre`` slots as a ring),
+    ``min_blocks`` CTAs a multiprocessor should hold, ``pre`` chunks a warp copies into shared
+    memory before it waits on the quantizer (so the weight streams while the quantizer runs).
+    ``stages`` > 0:
     w8a8_tiled_kernel, 128 weight rows x 64 tokens a CTA through that many shared-memory stages
     (for many rows); with ``wg`` > 0 (int8 only), w8a8_wgmma_kernel instead: 128 weight rows x
     ``wg`` (64, 128 or 256) tokens a CTA on warpgroup MMAs, its operands copied by cp.async (``tma`` 0) or by
@@ -267,7 +264,7 @@ DECODE_WAVE_CTAS = 3 * 132
 
 # At 1 row, weights of at least this N (and not block fp8) stream every chunk through a ring of 3
 # shared-memory slots a warp (GemmCfg.pipe 2; sweep_w8a8_ring_ac6193f_h200.md: 3-4% faster on
-# [34816, 5120], slower at 4-8 rows).
+# [34816, 5120] at 1 row, even or slower at 4-8).
 _RING_ONE_ROW_MIN_N = 32768
 
 # Tile-major weights up to this N (and K below 8192) run int8's 9-16 rows as two CTAs of 8 tokens
@@ -1141,8 +1138,6 @@ class DeviceModules:
                 fn = mod.get_function(name)
                 if smem:
                     fn.max_dynamic_shared_size_bytes = smem
-                if CARVEOUT is not None:
-                    fn.preferred_shared_memory_carveout = CARVEOUT
                 k = Kernel(fn.kernel.ptr, fmt, name, smem)
             self._kernels[key] = k
         return k
