@@ -264,8 +264,9 @@ DECODE_WAVE_CTAS = 3 * 132
 
 # At 1 row, weights of at least this N (and not block fp8) stream every chunk through a ring of 3
 # shared-memory slots a warp (GemmCfg.pipe 2; sweep_w8a8_ring_ac6193f_h200.md: 3-4% faster on
-# [34816, 5120] at 1 row, even or slower at 4-8); so do the fp8 formats on the one-wave long-K
-# weights ([5120, 17408]: 2.5-7% faster at 1 row there).
+# [34816, 5120] at 1 row, even or slower at 4-8); so does block fp8 on the one-wave long-K weights
+# (ab_ring1_8982135_h200.md: 3.8% faster at 1 row on [5120, 17408]; fp8 per channel there -0.5%,
+# within the runs' spread, so it keeps its register rounds).
 _RING_ONE_ROW_MIN_N = 32768
 
 # Tile-major weights up to this N (and K below 8192) run int8's 9-16 rows as two CTAs of 8 tokens
@@ -393,7 +394,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
             return {FMT_INT8: GemmCfg(1, 4, 0, 1, pre=4 if rows <= 4 else 0),
                     FMT_FP8_CHANNEL: GemmCfg(1, 2, 0, 2, pre=4), FMT_FP8_BLOCK: GemmCfg(1, 4, 0, 1, pre=1)}[fmt]
         if rows == 1 and ((n >= _RING_ONE_ROW_MIN_N and fmt != FMT_FP8_BLOCK)
-                          or (fmt != FMT_INT8 and one_wave_n and k >= 8192)):
+                          or (fmt == FMT_FP8_BLOCK and one_wave_n and k >= 8192)):
             return GemmCfg(1, 1, 2, 3, pre=3)
         # The row-major schedules, with staging.
         cfg = gemm_config(fmt, rows, n, k)
