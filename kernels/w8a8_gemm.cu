@@ -357,6 +357,15 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
   // The staged chunks come first in the warp's chunk order; the register rounds follow.
   const int c_reg = warp + kPre * kWarps;
 
+  // Slot i's chunk c (landed) read back into b's registers, with its block scales.
+  auto read_slot = [&](auto& b, int i, int c) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b.w[0][m][j] = *reinterpret_cast<const uint4*>(pre_slot(i, m, j));
+      load_sw(b, 0, m, c);
+    }
+  };
   auto compute_staged = [&]() {
     if constexpr (kPre > 0) {
       gdn::cp_async_wait<0>();
@@ -364,14 +373,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
       for (int i = 0; i < kPre; ++i) {
         const int c = warp + i * kWarps;
         Round<kFmt, kM, kTiles, 1> b;
-        if (c < chunks) {
-#pragma unroll
-          for (int m = 0; m < kM; ++m) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) b.w[0][m][j] = *reinterpret_cast<const uint4*>(pre_slot(i, m, j));
-            load_sw(b, 0, m, c);
-          }
-        }
+        if (c < chunks) read_slot(b, i, c);
         load_x(b, c);
         compute(b, c);
       }
@@ -391,12 +393,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
     for (int c = warp; c < chunks; c += kWarps) {
       gdn::cp_async_wait<kPre - 1>();
       Round<kFmt, kM, kTiles, 1> b;
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) b.w[0][m][j] = *reinterpret_cast<const uint4*>(pre_slot(i, m, j));
-        load_sw(b, 0, m, c);
-      }
+      read_slot(b, i, c);
       load_x(b, c);
       compute(b, c);
       // The slot's bytes are in registers and computed on: refill it.
