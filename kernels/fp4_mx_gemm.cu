@@ -792,8 +792,8 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         const uint8_t* p = p_w + (long long)c * 1024;
-        r.w[u][0] = early ? gdn::ld_early_v4(p) : gdn::ld_stream_v4(p);
-        r.w[u][1] = early ? gdn::ld_early_v4(p + 512) : gdn::ld_stream_v4(p + 512);
+        r.w[u][0] = gdn::ld_weight_v4(p, early);
+        r.w[u][1] = gdn::ld_weight_v4(p + 512, early);
         r.s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
       }
     }

@@ -218,8 +218,7 @@ w8a8_gemm_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            b.w[u][m][j] = early ? gdn::ld_early_v4(w_piece(m, c, j)) : gdn::ld_stream_v4(w_piece(m, c, j));
+          for (int j = 0; j < 4; ++j) b.w[u][m][j] = gdn::ld_weight_v4(w_piece(m, c, j), early);
           load_sw(b, u, m, c);
         }
       }

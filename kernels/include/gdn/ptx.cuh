@@ -63,6 +63,11 @@ __device__ __forceinline__ uint4 ld_early_v4(const void* p) {
   return r;
 }
 
+// A weight load: early (issued before griddepcontrol.wait) by ld_early_v4, else ld_stream_v4.
+__device__ __forceinline__ uint4 ld_weight_v4(const void* p, bool early) {
+  return early ? ld_early_v4(p) : ld_stream_v4(p);
+}
+
 // Loads of what the preceding kernel of the stream wrote (the quantized activations and their
 // scales), after pdl_wait(): plain coherent global loads, kept after the wait. A non-coherent
 // load (ld.global.nc: __ldg, or what the compiler makes of a const __restrict__ pointer) promises
