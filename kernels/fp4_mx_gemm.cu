@@ -109,6 +109,93 @@ __device__ __forceinline__ void add_warps_in_order(Value value, Store store) {
   }
 }
 
+// The row-major kernels' operands of thread (g, t) in CTA (blockIdx.x, blockIdx.y): weight rows
+// g and g+8 of the CTA's 16 (codes from byte 16t, block scales; rows past N clamped), and for
+// each 8-token tile j the activation row of token g and the scale rows of tokens 2t and 2t+1
+// (tokens past rows clamped; clamped rows and tokens are never stored).
+template <int kTiles>
+struct RowMajorOperands {
+  int tok0, n0;  // the CTA's first token and weight row
+  const uint8_t *w0, *w1, *s0, *s1;
+  const int8_t* x[kTiles];
+  const float* sx[kTiles][2];
+
+  __device__ __forceinline__ RowMajorOperands(const uint8_t* w, const uint8_t* sw, const int8_t* xd,
+                                              const float* sx_all, int N, int K, int rows) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    tok0 = blockIdx.x * 8 * kTiles;
+    n0 = blockIdx.y * 16;
+    const int blocks = K >> 4;
+    const long long half_k = K >> 1;
+    const long long r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
+    w0 = w + r0 * half_k + t * 16;
+    w1 = w + r1 * half_k + t * 16;
+    s0 = sw + r0 * blocks;
+    s1 = sw + r1 * blocks;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      x[j] = xd + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 32;
+      sx[j][0] = sx_all + (long long)min(tok0 + j * 8 + 2 * t, rows - 1) * blocks;
+      sx[j][1] = sx_all + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
+    }
+  }
+};
+
+// A round of the row-major kernels: a warp's kUnroll chunks c0, c0 + kWarps, ... (those below
+// chunks): thread (g, t)'s 16 code bytes and 8 block scales of rows g and g+8, and each tile's
+// 32 activation bytes (written by the quantizer: coherent loads after the wait).
+template <int kWarps, int kTiles, int kUnroll>
+struct RowMajorRound {
+  uint4 w[kUnroll][2];
+  uint2 sw[kUnroll][2];
+  uint4 x[kUnroll][kTiles][2];
+
+  __device__ __forceinline__ void load(const RowMajorOperands<kTiles>& p, int c0, int chunks) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) {
+        w[u][0] = gdn::ld_stream_v4(p.w0 + (long long)c * 64);
+        w[u][1] = gdn::ld_stream_v4(p.w1 + (long long)c * 64);
+        sw[u][0] = __ldg(reinterpret_cast<const uint2*>(p.s0 + c * 8));
+        sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p.s1 + c * 8));
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          x[u][j][0] = gdn::ld_dep_v4(p.x[j] + (long long)c * 128);
+          x[u][j][1] = gdn::ld_dep_v4(p.x[j] + (long long)c * 128 + 16);
+        }
+      }
+    }
+  }
+};
+
+// The 8 activation block scales of chunk c of one token (its scale row p_sx).
+__device__ __forceinline__ void chunk_act_scales(const float* p_sx, int c, float (&sa)[8]) {
+  const float4* p = reinterpret_cast<const float4*>(p_sx + c * 8);
+  const float4 lo = gdn::ld_dep_f4(p), hi = gdn::ld_dep_f4(p + 1);
+  sa[0] = lo.x, sa[1] = lo.y, sa[2] = lo.z, sa[3] = lo.w;
+  sa[4] = hi.x, sa[5] = hi.y, sa[6] = hi.z, sa[7] = hi.w;
+}
+
+// The row-major kernels' end: the warps' sums of every (row, token) added in warp order (with
+// kUnscale24, the conversion-free form's 2^-24 undone, exactly), times gs[token] and scale2 / 4,
+// stored for rows below N and tokens below rows.
+template <int kWarps, int kTiles, bool kUnscale24, typename OutT>
+__device__ __forceinline__ void row_major_store(const RowMajorOperands<kTiles>& p, const float (&acc)[kTiles][4],
+                                                float scale2, const float* gs, OutT* out, long long ldc, int N,
+                                                int rows) {
+  const int tok0 = p.tok0, n0 = p.n0;
+  const float s2 = gdn::mul_rn(scale2, 0.25f);
+  add_warps_in_order<kWarps, kTiles * 4>([&](int i) { return acc[i >> 2][i & 3]; }, [&](int jr, int l, float sum) {
+    const int j = jr >> 2, r = jr & 3;
+    const int n = n0 + (l >> 2) + (r >> 1) * 8;
+    const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
+    if (n >= N || tok >= rows) return;
+    if constexpr (kUnscale24) sum = gdn::mul_rn(sum, 0x1p24f);
+    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
+  });
+}
+
 }  // namespace
 
 // kWarps: K-split ways.  kTiles: 8-token tiles a CTA (2 or 4).  kUnroll: chunks in flight a warp.
@@ -125,28 +212,10 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
   GDN_TRACE_CTA(3);
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
-  constexpr int kTokens = 8 * kTiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int tok0 = blockIdx.x * kTokens;
-  const int n0 = blockIdx.y * 16;
+  const int t = lane & 3;
   const int chunks = K >> 7;
-  const int blocks = K >> 4;
-  const long long half_k = K >> 1;
-
-  const long long r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
-  const uint8_t* p_w0 = w + r0 * half_k + t * 16;
-  const uint8_t* p_w1 = w + r1 * half_k + t * 16;
-  const uint8_t* p_s0 = sw + r0 * blocks;
-  const uint8_t* p_s1 = sw + r1 * blocks;
-  const int8_t* p_x[kTiles];
-  const float* p_sx[kTiles][2];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    p_x[j] = xd + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 32;
-    p_sx[j][0] = sx + (long long)min(tok0 + j * 8 + 2 * t, rows - 1) * blocks;
-    p_sx[j][1] = sx + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
-  }
+  const RowMajorOperands<kTiles> p(w, sw, xd, sx, N, K, rows);
   const bool tq = t & 2, tp = t & 1;
   const uint32_t sel_keep = quad_selector(tq, tp), sel_send = quad_selector(tq, !tp);
 
@@ -161,42 +230,23 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
   for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    uint4 b_w[kUnroll][2];
-    uint2 b_sw[kUnroll][2];
-    uint4 b_x[kUnroll][kTiles][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        b_w[u][0] = gdn::ld_stream_v4(p_w0 + (long long)c * 64);
-        b_w[u][1] = gdn::ld_stream_v4(p_w1 + (long long)c * 64);
-        b_sw[u][0] = __ldg(reinterpret_cast<const uint2*>(p_s0 + c * 8));
-        b_sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p_s1 + c * 8));
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          b_x[u][j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
-        }
-      }
-    }
+    RowMajorRound<kWarps, kTiles, kUnroll> b;
+    b.load(p, c0, chunks);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         uint32_t v0[4], v1[4];
-        quad_transpose(b_w[u][0], v0, tq, tp, sel_keep, sel_send);
-        quad_transpose(b_w[u][1], v1, tq, tp, sel_keep, sel_send);
-        const uint32_t sw0[2] = {b_sw[u][0].x, b_sw[u][0].y}, sw1[2] = {b_sw[u][1].x, b_sw[u][1].y};
+        quad_transpose(b.w[u][0], v0, tq, tp, sel_keep, sel_send);
+        quad_transpose(b.w[u][1], v1, tq, tp, sel_keep, sel_send);
+        const uint32_t sw0[2] = {b.sw[u][0].x, b.sw[u][0].y}, sw1[2] = {b.sw[u][1].x, b.sw[u][1].y};
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          const uint32_t xw[8] = {b_x[u][j][0].x, b_x[u][j][0].y, b_x[u][j][0].z, b_x[u][j][0].w,
-                                  b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
-          const float4* p_a0 = reinterpret_cast<const float4*>(p_sx[j][0] + c * 8);
-          const float4* p_a1 = reinterpret_cast<const float4*>(p_sx[j][1] + c * 8);
-          const float4 sa0l = gdn::ld_dep_f4(p_a0), sa0h = gdn::ld_dep_f4(p_a0 + 1);
-          const float4 sa1l = gdn::ld_dep_f4(p_a1), sa1h = gdn::ld_dep_f4(p_a1 + 1);
-          const float sa0[8] = {sa0l.x, sa0l.y, sa0l.z, sa0l.w, sa0h.x, sa0h.y, sa0h.z, sa0h.w};
-          const float sa1[8] = {sa1l.x, sa1l.y, sa1l.z, sa1l.w, sa1h.x, sa1h.y, sa1h.z, sa1h.w};
+          const uint32_t xw[8] = {b.x[u][j][0].x, b.x[u][j][0].y, b.x[u][j][0].z, b.x[u][j][0].w,
+                                  b.x[u][j][1].x, b.x[u][j][1].y, b.x[u][j][1].z, b.x[u][j][1].w};
+          float sa0[8], sa1[8];
+          chunk_act_scales(p.sx[j][0], c, sa0);
+          chunk_act_scales(p.sx[j][1], c, sa1);
 #pragma unroll
           for (int b = 0; b < 8; ++b) {
             // A operands of block b: a0 row g, a1 row g+8 (see quad_transpose for the halves).
@@ -223,16 +273,7 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
     }
   }
 
-  const float s2 = gdn::mul_rn(scale2, 0.25f);
-  add_warps_in_order<kWarps, kTiles * 4>([&](int i) { return acc[i >> 2][i & 3]; }, [&](int jr, int l, float sum) {
-    const int j = jr >> 2, r = jr & 3;
-    const int n = n0 + (l >> 2) + (r >> 1) * 8;
-    const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
-    if (n >= N || tok >= rows) return;
-    // Undo the 2^-24 of the accumulation (exact), then as before.
-    sum = gdn::mul_rn(sum, 0x1p24f);
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
-  });
+  row_major_store<kWarps, kTiles, true>(p, acc, scale2, gs, out, ldc, N, rows);
 }
 
 // ---- One token tile: the block sums converted to fp32 ----
@@ -301,28 +342,10 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
   GDN_TRACE_CTA(3);
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
-  constexpr int kTokens = 8 * kTiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int tok0 = blockIdx.x * kTokens;
-  const int n0 = blockIdx.y * 16;
+  const int t = lane & 3;
   const int chunks = K >> 7;
-  const int blocks = K >> 4;
-  const long long half_k = K >> 1;
-
-  const long long r0 = min(n0 + g, N - 1), r1 = min(n0 + g + 8, N - 1);
-  const uint8_t* p_w0 = w + r0 * half_k + t * 16;
-  const uint8_t* p_w1 = w + r1 * half_k + t * 16;
-  const uint8_t* p_s0 = sw + r0 * blocks;
-  const uint8_t* p_s1 = sw + r1 * blocks;
-  const int8_t* p_x[kTiles];
-  const float* p_sx[kTiles][2];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    p_x[j] = xd + (long long)min(tok0 + j * 8 + g, rows - 1) * K + t * 32;
-    p_sx[j][0] = sx + (long long)min(tok0 + j * 8 + 2 * t, rows - 1) * blocks;
-    p_sx[j][1] = sx + (long long)min(tok0 + j * 8 + 2 * t + 1, rows - 1) * blocks;
-  }
+  const RowMajorOperands<kTiles> p(w, sw, xd, sx, N, K, rows);
 
   // Programmatic dependent launch: see w8a8_gemm.cu.
   gdn::pdl_wait();
@@ -334,34 +357,18 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
   for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    uint4 b_w[kUnroll][2];
-    uint2 b_sw[kUnroll][2];
-    uint4 b_x[kUnroll][kTiles][2];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        b_w[u][0] = gdn::ld_stream_v4(p_w0 + (long long)c * 64);
-        b_w[u][1] = gdn::ld_stream_v4(p_w1 + (long long)c * 64);
-        b_sw[u][0] = __ldg(reinterpret_cast<const uint2*>(p_s0 + c * 8));
-        b_sw[u][1] = __ldg(reinterpret_cast<const uint2*>(p_s1 + c * 8));
-#pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          b_x[u][j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
-          b_x[u][j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
-        }
-      }
-    }
+    RowMajorRound<kWarps, kTiles, kUnroll> b;
+    b.load(p, c0, chunks);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
         uint32_t v0[4], v1[4];
-        quad_transpose_pairs(b_w[u][0], v0, t);
-        quad_transpose_pairs(b_w[u][1], v1, t);
+        quad_transpose_pairs(b.w[u][0], v0, t);
+        quad_transpose_pairs(b.w[u][1], v1, t);
         // Weight block scales of rows g and g+8 for the chunk's 8 blocks.
         float s0[8], s1[8];
-        const uint32_t sw0[2] = {b_sw[u][0].x, b_sw[u][0].y}, sw1[2] = {b_sw[u][1].x, b_sw[u][1].y};
+        const uint32_t sw0[2] = {b.sw[u][0].x, b.sw[u][0].y}, sw1[2] = {b.sw[u][1].x, b.sw[u][1].y};
 #pragma unroll
         for (int h = 0; h < 4; ++h) {
           const float2 a = gdn::e4m3x2_to_float2(sw0[h >> 1] >> (16 * (h & 1)));
@@ -373,14 +380,11 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
         }
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
-          const uint32_t xw[8] = {b_x[u][j][0].x, b_x[u][j][0].y, b_x[u][j][0].z, b_x[u][j][0].w,
-                                  b_x[u][j][1].x, b_x[u][j][1].y, b_x[u][j][1].z, b_x[u][j][1].w};
-          const float4* p_a0 = reinterpret_cast<const float4*>(p_sx[j][0] + c * 8);
-          const float4* p_a1 = reinterpret_cast<const float4*>(p_sx[j][1] + c * 8);
-          const float4 sa0l = gdn::ld_dep_f4(p_a0), sa0h = gdn::ld_dep_f4(p_a0 + 1);
-          const float4 sa1l = gdn::ld_dep_f4(p_a1), sa1h = gdn::ld_dep_f4(p_a1 + 1);
-          const float sa0[8] = {sa0l.x, sa0l.y, sa0l.z, sa0l.w, sa0h.x, sa0h.y, sa0h.z, sa0h.w};
-          const float sa1[8] = {sa1l.x, sa1l.y, sa1l.z, sa1l.w, sa1h.x, sa1h.y, sa1h.z, sa1h.w};
+          const uint32_t xw[8] = {b.x[u][j][0].x, b.x[u][j][0].y, b.x[u][j][0].z, b.x[u][j][0].w,
+                                  b.x[u][j][1].x, b.x[u][j][1].y, b.x[u][j][1].z, b.x[u][j][1].w};
+          float sa0[8], sa1[8];
+          chunk_act_scales(p.sx[j][0], c, sa0);
+          chunk_act_scales(p.sx[j][1], c, sa1);
 #pragma unroll
           for (int b = 0; b < 8; ++b) {
             const int sh = 16 * (b & 1);
@@ -399,14 +403,7 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
     }
   }
 
-  const float s2 = gdn::mul_rn(scale2, 0.25f);
-  add_warps_in_order<kWarps, kTiles * 4>([&](int i) { return acc[i >> 2][i & 3]; }, [&](int jr, int l, float sum) {
-    const int j = jr >> 2, r = jr & 3;
-    const int n = n0 + (l >> 2) + (r >> 1) * 8;
-    const int tok = tok0 + j * 8 + 2 * (l & 3) + (r & 1);
-    if (n >= N || tok >= rows) return;
-    out[(long long)tok * ldc + n] = gdn::from_float<OutT>(gdn::mul_rn(sum, gdn::mul_rn(gdn::ld_dep(gs + tok), s2)));
-  });
+  row_major_store<kWarps, kTiles, false>(p, acc, scale2, gs, out, ldc, N, rows);
 }
 
 // ---- Tile-major weights: re-encoded codes, two blocks an MMA ----
