@@ -602,10 +602,16 @@ def quant_threads(kind: str) -> int:
     return SILU_ROW_THREADS if kind in ("silu_mul_int8", "silu_mul_fp8_row") else QUANT_THREADS
 
 
+# The per-token quantizer kinds, each one of three templates for both formats (kernels/act_quant.cu:
+# the cluster, its split form, one CTA a row), by the kind's ending.
+_PER_TOKEN_FORMS = {"int8": "row", "fp8_row": "row", "int8_split": "split", "fp8_row_split": "split",
+                    "int8_rows": "rows", "fp8_row_rows": "rows"}
+
+
 def quant_instance(kind: str, dtype: str) -> str:
-    if kind.endswith("_split"):
-        # One template for both per-token formats (the kind's first word: int8 or fp8).
-        return f"act_quant_split_kernel<{str(kind.startswith('int8')).lower()}, {OUT_TYPES[dtype]}, {quant_threads(kind)}>"
+    if form := _PER_TOKEN_FORMS.get(kind):
+        int8 = str(kind.startswith("int8")).lower()
+        return f"act_quant_{form}_kernel<{int8}, {OUT_TYPES[dtype]}, {quant_threads(kind)}>"
     return f"act_quant_{kind}_kernel<{OUT_TYPES[dtype]}, {quant_threads(kind)}>"
 
 

@@ -148,70 +148,42 @@ __device__ __forceinline__ void quant_row_split(const T* __restrict__ x, uint8_t
 // Row quantizers run as clusters of this many CTAs a token row.
 #define GDN_QUANT_CLUSTER 8
 
-// int8 per token: s = amax / 127; q = rne(x / s) clamped to +-127; an all-zero row gives s = 0
-// and zeros.
+// Per token, kInt8: s = amax / 127, q = rne(x / s) clamped to +-127 (int8); else s = amax / 448,
+// q = e4m3_rn(x / s) (fp8 per channel's activations). An all-zero row gives s = 0 and zeros.
 // T: bf16 or fp16.  kThreads: threads a CTA.  Grid: (GDN_QUANT_CLUSTER, rows).
-// x: [rows, K] at row stride ldx (elements); q: [rows, K] int8; s: [rows] fp32.
-template <typename T, int kThreads>
+// x: [rows, K] at row stride ldx (elements); q: [rows, K] bytes; s: [rows] fp32.
+template <bool kInt8, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
-act_quant_int8_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s,
-                      int K, long long ldx) {
+act_quant_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K, long long ldx) {
   GDN_TRACE_CTA(0);
   // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
   // waits for this kernel before reading it); this kernel waits for the one before it (the
   // producer of x, or the previous GEMM still reading the workspace) before touching memory.
   gdn::pdl_chain();
   GDN_TRACE_WAITED();
-  quant_row<true, T, kThreads, GDN_QUANT_CLUSTER>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
+  quant_row<kInt8, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
-// e4m3 per token: s = amax(row) / 448; q = e4m3_rn(x / s); as act_quant_int8_kernel otherwise.
-// x: [rows, K] at row stride ldx; q: [rows, K] e4m3 bytes; s: [rows] fp32.
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads) __cluster_dims__(GDN_QUANT_CLUSTER, 1, 1)
-act_quant_fp8_row_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                         int K, long long ldx) {
-  GDN_TRACE_CTA(0);
-  // Programmatic dependent launch: the GEMM that reads this output may start launching now (it
-  // waits for this kernel before reading it); this kernel waits for the one before it (the
-  // producer of x, or the previous GEMM still reading the workspace) before touching memory.
-  gdn::pdl_chain();
-  GDN_TRACE_WAITED();
-  quant_row<false, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
-}
-
-// act_quant_int8_kernel (kInt8) and act_quant_fp8_row_kernel without the cluster (quant_row_split):
-// GDN_QUANT_CLUSTER CTAs a row, each the whole row's amax. The same bytes and scales.
-// Grid: (GDN_QUANT_CLUSTER, rows).
+// act_quant_row_kernel without the cluster (quant_row_split): GDN_QUANT_CLUSTER CTAs a row, each
+// the whole row's amax. The same bytes and scales. Grid: (GDN_QUANT_CLUSTER, rows).
 template <bool kInt8, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_split_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
                        long long ldx) {
   GDN_TRACE_CTA(0);
-  gdn::pdl_chain();  // as act_quant_int8_kernel
+  gdn::pdl_chain();  // as act_quant_row_kernel
   GDN_TRACE_WAITED();
   quant_row_split<kInt8, T, kThreads, GDN_QUANT_CLUSTER>(x, q, s, K, ldx);
 }
 
-// act_quant_int8_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
+// act_quant_row_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
 // the rows alone fill the GPU, and a cluster a row costs more to schedule than it saves). The same
 // arithmetic, so the same bytes and scales. Grid: (1, rows).
-template <typename T, int kThreads>
+template <bool kInt8, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
-act_quant_int8_rows_kernel(const T* __restrict__ x, int8_t* __restrict__ q, float* __restrict__ s, int K,
-                           long long ldx) {
-  gdn::pdl_chain();  // as act_quant_int8_kernel
-  quant_row<true, T, kThreads, 1>(x, reinterpret_cast<uint8_t*>(q), s, K, ldx);
-}
-
-// act_quant_fp8_row_kernel for many rows, as act_quant_int8_rows_kernel: one CTA a row, the same
-// bytes and scales. Grid: (1, rows).
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads)
-act_quant_fp8_row_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K,
-                              long long ldx) {
-  gdn::pdl_chain();  // as act_quant_int8_kernel
-  quant_row<false, T, kThreads, 1>(x, q, s, K, ldx);
+act_quant_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K, long long ldx) {
+  gdn::pdl_chain();  // as act_quant_row_kernel
+  quant_row<kInt8, T, kThreads, 1>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at
