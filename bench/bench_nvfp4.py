@@ -35,11 +35,7 @@ def main(argv=None) -> int:
 
     rows = [int(r) for r in args.rows.split(",")]
     shapes = args.shape or SHAPES
-    meta = harness.base_meta()
-    bw = harness.copy_bandwidth()
-    meta["copy_bw_tbs"] = bw / 1e12
-    meta["layout"] = args.layout
-    print(f"device {meta['device']['name']}, copy bandwidth {bw / 1e12:.2f} TB/s, commit {meta['commit']}", flush=True)
+    meta, bw = harness.run_meta(args.layout)
     ctx = Nvfp4Ctx(max_rows=max(512, max(rows)), max_k=max(17408, max(k for _, k in shapes)))
     records = []
     for i, (n, k) in enumerate(shapes):

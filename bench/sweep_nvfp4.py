@@ -44,8 +44,7 @@ def main() -> int:
     from gdn_kernels import Nvfp4Ctx, bench
 
     rows_list = [int(r) for r in args.rows.split(",")]
-    meta = bench.base_meta()
-    meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
+    meta, _ = bench.run_meta()
     l2 = meta["device"]["l2_bytes"]
     ctx = Nvfp4Ctx(max_rows=max(rows_list), max_k=max(k for _, k in SHAPES))
     stream = cupy.cuda.Stream(non_blocking=True)

@@ -86,8 +86,7 @@ def main() -> int:
 
     shapes = ([] if args.no_model_shapes else SHAPES) + [tuple(int(v) for v in s.split(",")) for s in args.shape]
     rows_list = [int(r) for r in args.rows.split(",")]
-    meta = bench.base_meta()
-    meta["copy_bw_tbs"] = bench.copy_bandwidth() / 1e12
+    meta, _ = bench.run_meta()
     l2 = meta["device"]["l2_bytes"]
     ctx = W8a8Ctx(max_rows=max(rows_list), max_k=max(k for _, k in shapes))
     stream = cupy.cuda.Stream(non_blocking=True)

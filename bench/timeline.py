@@ -147,9 +147,7 @@ def main(argv=None) -> int:
 
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] or SHAPES
     rows_list = [int(r) for r in args.rows.split(",")]
-    meta = bench.base_meta()
-    bw = bench.copy_bandwidth()
-    meta["copy_bw_tbs"] = bw / 1e12
+    meta, bw = bench.run_meta()
     l2 = meta["device"]["l2_bytes"]
     max_k = max(k for _, k in shapes)
     w8 = W8a8Ctx(max_rows=max(rows_list), max_k=max_k)

@@ -183,6 +183,18 @@ def base_meta() -> dict:
     }
 
 
+def run_meta(layout: str | None = None) -> tuple[dict, float]:
+    """A benchmark run's metadata (:func:`base_meta`, the measured copy bandwidth and the weight
+    layout timed, where one is) and that bandwidth in bytes/s, announced on the run's first line."""
+    meta = base_meta()
+    bw = copy_bandwidth()
+    meta["copy_bw_tbs"] = bw / 1e12
+    if layout is not None:
+        meta["layout"] = layout
+    print(f"device {meta['device']['name']}, copy bandwidth {bw / 1e12:.2f} TB/s, commit {meta['commit']}", flush=True)
+    return meta, bw
+
+
 def random_w8a8_weight(fmt, n: int, k: int, seed: int, layout: str = "rows"):
     """A random device weight of a W8A8 format (random bytes, NaN-free for e4m3, random scales),
     in the row-major or the tile-major (``"tiles16"``) layout."""
