@@ -28,6 +28,7 @@ def _key(schedule) -> str:
             + ("_pin" if arith & _build.FP4_ARITH_PIN else "") + ("_pf" if arith & _build.FP4_ARITH_PREFETCH else "")
             + ("_early" if arith & _build.FP4_ARITH_EARLY else "") + ("_mb" if arith & _build.FP4_ARITH_MASKED else "")
             + ("_l2" if arith & _build.FP4_ARITH_L2_FIRST else "") + ("_ring" if arith & _build.FP4_ARITH_RING else "")
+            + ("_m2" if arith & _build.FP4_ARITH_TWO_TILES else "")
             + (f"_t{_build.fp4_schedule_tokens(schedule)}" if _build.fp4_schedule_tokens(schedule) else ""))
 
 
@@ -108,6 +109,7 @@ def main() -> int:
                "computed), early (first round's weight loaded before the quantizer wait), mb (B operands read pre-masked "
                "from the quantizer's masked form), l2 (the first wave's CTAs prefetch their tiles into L2 before the "
                "quantizer wait), ring (the next u chunks of weight a warp in flight in a shared-memory ring, by cp.async), "
+               "m2 (two 16-row weight tiles a CTA, the activation operands shared), "
                "t1 / t2 (the few-token form for slices of 1 / 2 rows): _build.FP4_ARITH. A column ending in 'alone' is that "
                "schedule's GEMM without the quantizer.")
     write_sweep(Path(args.out), args.name, meta, records, caption,

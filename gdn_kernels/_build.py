@@ -772,6 +772,8 @@ FP4_ARITH_TOK1 = 256
 FP4_ARITH_TOK2 = 512
 # The weight's next chunks (unroll of them a warp) in flight in a shared-memory ring, by cp.async.
 FP4_ARITH_RING = 1024
+# Two 16-row weight tiles a CTA, the activation operands loaded once for both (register rounds).
+FP4_ARITH_TWO_TILES = 2048
 FP4_TILED_GROUPS = (1, 2, 4, 8)
 FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # Weights by size (N * K values) take these instead where given (sweep_nvfp4_tiles_92a497d_h200.md):
@@ -800,8 +802,10 @@ FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 298, 3)}, "base": {1: (1, 298, 3)}, "l
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 FP4_TILED_SWEEP = {
     1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5), (1, 42, 4), (1, 106, 4),
-        (2, 1034, 4), (3, 1034, 4), (4, 1034, 4), (3, 1098, 4), (4, 1098, 4)),
-    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2), (1, 42, 2), (3, 1025, 0), (3, 1034, 2), (4, 1034, 2)),
+        (2, 1034, 4), (3, 1034, 4), (4, 1034, 4), (3, 1098, 4), (4, 1098, 4),
+        (1, 2058, 3), (1, 2122, 3), (1, 2090, 3)),
+    2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2), (1, 42, 2), (3, 1025, 0), (3, 1034, 2), (4, 1034, 2),
+        (1, 2049, 0), (1, 2058, 2)),
     4: ((1, 10, 2), (1, 138, 2), (1, 1, 0), (1, 42, 2), (2, 1034, 2), (4, 1034, 2)),
     8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0), (1, 42, 1), (2, 1034, 1), (4, 1034, 1)),
 }
@@ -860,6 +864,11 @@ def fp4_tiled_smem(schedule: tuple[int, int, int]) -> int:
     a chunk (two 512-byte code pieces and a lane's 16 scale bytes each) a slot and warp."""
     unroll, arith, _ = schedule
     return FP4_WARPS * unroll * 3 * 512 if arith & FP4_ARITH_RING else 0
+
+
+def fp4_tiled_weight_tiles(schedule: tuple[int, int, int]) -> int:
+    """16-row weight tiles a CTA of a tile-major NVFP4 schedule (FP4_ARITH_TWO_TILES: 2)."""
+    return 2 if schedule[1] & FP4_ARITH_TWO_TILES else 1
 
 
 def fp4_tiled_instance(groups: int, out: str, schedule: tuple[int, int, int] | None = None) -> str:

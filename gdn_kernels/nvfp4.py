@@ -284,14 +284,16 @@ class Nvfp4Ctx:
         self._plans.clear()
 
     def _tiled_kernel(self, groups: int, dtype: str, sched: tuple[int, int, int], rows: int) -> tuple:
-        """(kernel, whether it reads the masked operand form) of a schedule for slices of up to ``rows``."""
+        """(kernel, whether it reads the masked operand form, 16-row weight tiles a CTA) of a schedule
+        for slices of up to ``rows``."""
         masked = int(bool(sched[1] & _build.FP4_ARITH_MASKED))
         if masked and min(self.max_rows, rows) > self._masked_rows:
             raise ValueError(f"the workspace holds the masked operand for {self._masked_rows} rows, "
                              f"not {rows} (_build.fp4_masked_rows)")
         name = _build.fp4_tiled_instance(groups, dtype, sched)
         family = "fp4_mx_gemm" if name in _build.FAMILIES["fp4_mx_gemm"].instances else "fp4_mx_gemm_sweep"
-        return self.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched)), masked
+        return (self.modules.kernel(family, name, _GEMM_ARGS, _build.fp4_tiled_smem(sched)), masked,
+                _build.fp4_tiled_weight_tiles(sched))
 
     def _plan(self, w: Nvfp4Weight, rows: int, dtype: str) -> tuple:
         """(quantizer, its threads, CTAs a row, masked operand, GEMM, its grid) of rows <= max_rows."""
@@ -301,8 +303,8 @@ class Nvfp4Ctx:
             threads, cluster = _build.fp4_quant_shape(w.k)
             if w.layout == "tiles16":
                 groups, size = _build.fp4_groups(rows), _build.fp4_tiled_size(w.n, w.k)
-                gemm, masked = self._few.get((rows, dtype, size)) or self._tiled[(groups, dtype, size)]
-                grid = (-(-rows // (4 * groups)), -(-w.n // 16), 1)
+                gemm, masked, m = self._few.get((rows, dtype, size)) or self._tiled[(groups, dtype, size)]
+                grid = (-(-rows // (4 * groups)), -(-(-(-w.n // 16)) // m), 1)
             else:
                 tiles = _build.gemm_tiles(rows)
                 gemm, masked = self._gemm[(tiles, dtype)], 0

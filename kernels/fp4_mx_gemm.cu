@@ -493,9 +493,12 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // one or two rows (with kEarly: its first round's weight codes requested before the wait);
 // + kRing: each warp keeps its next kUnroll chunks of weight (codes and scales) in flight in a ring
 // of shared memory, copied by cp.async (no registers held), the first kUnroll requested before the
-// quantizer wait; each chunk's copy is issued once the chunk before it in that slot is computed.
+// quantizer wait; each chunk's copy is issued once the chunk before it in that slot is computed;
+// + kTwoTiles: two 16-row weight tiles a CTA (tiles 2y and 2y + 1 of grid row y), each warp's
+// activation operands loaded once for both (the register rounds only: not with the few-token
+// form, the ring or the L2 prefetch).
 constexpr int kDirect = 0, kConvFree = 1, kMagicSum = 2, kImad = 4, kPinTables = 8, kPrefetch = 16, kEarly = 32,
-              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512, kRing = 1024;
+              kMaskedB = 64, kL2First = 128, kTok1 = 256, kTok2 = 512, kRing = 1024, kTwoTiles = 2048;
 constexpr int kSumMagic = 0x4B400000;  // 1.5 * 2^23
 constexpr float kSumMagicF = 0x1.8p23f;
 
@@ -747,10 +750,13 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
   constexpr int kTokens = 4 * kGroups;
+  constexpr int kM = (kArith & kTwoTiles) != 0 ? 2 : 1;
+  static_assert(kM == 1 || (kArith & (kTok1 | kTok2 | kRing | kL2First)) == 0,
+                "two weight tiles a CTA run the register rounds only");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * kTokens;
-  const int n0 = blockIdx.y * 16;
+  const int n0 = blockIdx.y * 16 * kM;
   const int chunks = K >> 7;
   const int blocks = K >> 4;
 
@@ -767,19 +773,30 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
       p_x[j] = xd + (long long)min(tok0 + 4 * j + (g >> 1), rows - 1) * K + t * 32;
     p_sx[j] = sx + (long long)min(tok0 + 4 * j + t, rows - 1) * blocks;
   }
-  // This thread's code and scale bytes of chunk c: p_w + c * 1024 (+ 512), p_s + c * 128.
-  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
-  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
-
-  // acc[j][r]: row g + 8r, token 4j + t (scaled by 2^-24 in the conversion-free form).
-  float acc[kGroups][2];
+  // This thread's code and scale bytes of chunk c of the CTA's weight tile m: p_wm[m] + c * 1024
+  // (+ 512), p_sm[m] + c * 128 (a tile past N clamped to the last: read, never stored).
+  const uint8_t* p_wm[kM];
+  const uint8_t* p_sm[kM];
 #pragma unroll
-  for (int j = 0; j < kGroups; ++j) acc[j][0] = acc[j][1] = 0.f;
+  for (int m = 0; m < kM; ++m) {
+    const long long tile = kM == 1 ? (long long)blockIdx.y : min((int)blockIdx.y * kM + m, (N - 1) >> 4);
+    p_wm[m] = w + tile * chunks * 1024 + lane * 16;
+    p_sm[m] = sw + tile * chunks * 128 + g * 16;
+  }
+  const uint8_t* p_w = p_wm[0];
+  const uint8_t* p_s = p_sm[0];
+
+  // acc[m][j][r]: row g + 8r of tile m, token 4j + t (scaled by 2^-24 in the conversion-free form).
+  float acc[kM][kGroups][2];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) acc[m][j][0] = acc[m][j][1] = 0.f;
 
   // A round: this warp's kUnroll chunks c0, c0 + kWarps, ..., in registers.
   struct Round {
-    uint4 w[kUnroll][2];
-    uint4 s[kUnroll];
+    uint4 w[kUnroll][kM][2];
+    uint4 s[kUnroll][kM];
     uint4 x[kUnroll][kGroups][2];
   };
   // The weight's part of a round (codes, scales), then the activations' (written by the quantizer).
@@ -788,10 +805,13 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       if (c < chunks) {
-        const uint8_t* p = p_w + (long long)c * 1024;
-        r.w[u][0] = gdn::ld_weight_v4(p, early);
-        r.w[u][1] = gdn::ld_weight_v4(p + 512, early);
-        r.s[u] = __ldg(reinterpret_cast<const uint4*>(p_s + (long long)c * 128));
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          const uint8_t* p = p_wm[m] + (long long)c * 1024;
+          r.w[u][m][0] = gdn::ld_weight_v4(p, early);
+          r.w[u][m][1] = gdn::ld_weight_v4(p + 512, early);
+          r.s[u][m] = __ldg(reinterpret_cast<const uint4*>(p_sm[m] + (long long)c * 128));
+        }
       }
     }
   };
@@ -816,7 +836,11 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
-      if (c < chunks) tiled_chunk<kGroups, kArith>(r.w[u][0], r.w[u][1], r.s[u], r.x[u], p_sx, c, odd, tab, acc);
+      if (c < chunks) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+          tiled_chunk<kGroups, kArith>(r.w[u][m][0], r.w[u][m][1], r.s[u][m], r.x[u], p_sx, c, odd, tab, acc[m]);
+      }
     }
   };
   constexpr int kStep = kWarps * kUnroll;
@@ -838,7 +862,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
     const int8_t* p_xb = (kArith & kMaskedB) != 0 ? xd + tok_b * (2 * K) + (g & 1) * K + t * 32
                                                   : xd + tok_b * K + t * 32;
     const float* p_sa = sx + (long long)min(tok0 + t % kTok, rows - 1) * blocks;
-    few_token_stream<kWarps, kTok, kArith>(p_w, p_s, p_xb, p_sa, chunks, warp, lane, tab, acc[0]);
+    few_token_stream<kWarps, kTok, kArith>(p_w, p_s, p_xb, p_sa, chunks, warp, lane, tab, acc[0][0]);
   } else if constexpr ((kArith & kRing) != 0) {
     static_assert((kArith & (kEarly | kPrefetch)) == 0, "the ring requests its first chunks early itself");
     // Slot i of this warp's ring: the chunk's two code pieces and its scale piece, 16 bytes a lane
@@ -870,7 +894,7 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
         xv[j][0] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128);
         xv[j][1] = gdn::ld_dep_v4(p_x[j] + (long long)c * 128 + 16);
       }
-      tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, tab, acc);
+      tiled_chunk<kGroups, kArith>(w0, w1, sb, xv, p_sx, c, odd, tab, acc[0]);
       issue(i, c + kUnroll * kWarps);
       i = i + 1 == kUnroll ? 0 : i + 1;
     }
@@ -910,8 +934,11 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
 
   // Add the warps' sums in warp order and write the outputs.
   const float s2 = gdn::mul_rn(scale2, 0.25f);
-  add_warps_in_order<kWarps, kGroups * 2>([&](int i) { return acc[i >> 1][i & 1]; }, [&](int jr, int l, float sum) {
-    const int n = n0 + (l >> 2) + (jr & 1) * 8;
+  constexpr int kPer = kGroups * 2;  // sums a thread of one weight tile
+  add_warps_in_order<kWarps, kM * kPer>([&](int i) { return acc[i / kPer][(i % kPer) >> 1][i & 1]; },
+                                        [&](int mjr, int l, float sum) {
+    const int m = kM == 1 ? 0 : mjr / kPer, jr = kM == 1 ? mjr : mjr % kPer;
+    const int n = n0 + 16 * m + (l >> 2) + (jr & 1) * 8;
     const int tok = tok0 + (jr >> 1) * 4 + (l & 3);
     if (n >= N || tok >= rows) return;
     if constexpr ((kArith & 3) == kConvFree) sum = gdn::mul_rn(sum, 0x1p24f);
