@@ -775,16 +775,21 @@ fp4_tiled_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__
   }
   // This thread's code and scale bytes of chunk c of the CTA's weight tile m: p_wm[m] + c * 1024
   // (+ 512), p_sm[m] + c * 128 (a tile past N clamped to the last: read, never stored).
+  const uint8_t* p_w = w + (long long)blockIdx.y * chunks * 1024 + lane * 16;
+  const uint8_t* p_s = sw + (long long)blockIdx.y * chunks * 128 + g * 16;
   const uint8_t* p_wm[kM];
   const uint8_t* p_sm[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
-    const long long tile = kM == 1 ? (long long)blockIdx.y : min((int)blockIdx.y * kM + m, (N - 1) >> 4);
-    p_wm[m] = w + tile * chunks * 1024 + lane * 16;
-    p_sm[m] = sw + tile * chunks * 128 + g * 16;
+    if constexpr (kM == 1) {
+      p_wm[m] = p_w;
+      p_sm[m] = p_s;
+    } else {
+      const long long tile = min((int)blockIdx.y * kM + m, (N - 1) >> 4);
+      p_wm[m] = w + tile * chunks * 1024 + lane * 16;
+      p_sm[m] = sw + tile * chunks * 128 + g * 16;
+    }
   }
-  const uint8_t* p_w = p_wm[0];
-  const uint8_t* p_s = p_sm[0];
 
   // acc[m][j][r]: row g + 8r of tile m, token 4j + t (scaled by 2^-24 in the conversion-free form).
   float acc[kM][kGroups][2];
