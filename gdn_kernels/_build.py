@@ -785,9 +785,15 @@ FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # leaves L1); "long", a large weight of K >= FP4_TILED_LONG_K: the large schedules, but the
 # few-token form at 1 row (below), and at 9-16 rows the weight's next two chunks a warp in flight in
 # a shared-memory ring (FP4_ARITH_RING; sweep_nvfp4_ring_7e50a8f_h200.md: 53.0 against 62.0 us on
-# [5120, 17408] at 16 rows; slower on the other shapes and row counts).
+# [5120, 17408] at 16 rows; slower on the other shapes and row counts). A large weight of
+# K < FP4_TILED_LONG_K at 5-8 rows takes two weight tiles a CTA (FP4_ARITH_TWO_TILES: the two
+# token groups' activation operands loaded once for both; sweep_nvfp4_m2_f4435c8_h200.md, whole
+# projection at 8 rows: [16384, 5120] 24.9 against 26.2 us, [34816, 5120] 48.7 against 49.4; at
+# 1-4 rows +2 to +4% there). Weights of N <= 5120 (160 tile pairs or fewer, under two CTAs a
+# multiprocessor) lose 14-36% with it; [12288, 2048] gains 2-5% at 1-8 rows but shares the base
+# class with [5120, 6144], so keeps one tile.
 FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
-                     "large": {1: (1, 74, 4)}, "long": {1: (1, 74, 4), 4: (2, 1034, 2)}}
+                     "large": {1: (1, 74, 4), 2: (1, 2058, 2)}, "long": {1: (1, 74, 4), 4: (2, 1034, 2)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
 FP4_TILED_LONG_K = 8192
