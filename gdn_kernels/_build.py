@@ -806,13 +806,18 @@ FP4_TILED_LONG_K = 8192
 FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 298, 3)}, "base": {1: (1, 298, 3)}, "large": {}, "long": {1: (1, 298, 3)}}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
+# At 4 groups the two-tile schedules (FP4_ARITH_TWO_TILES) are those that compile without local
+# memory (one CTA a multiprocessor, 186-248 registers): ncu of the shipped (1, 10, 2) at 16 rows
+# on [34816, 5120] (profile_nvfp4_8647a5d.log) has the L1 at 92% of its throughput, 79% hits, the
+# activation operands re-read for every 16 weight rows; two tiles read them once for 32.
 FP4_TILED_SWEEP = {
     1: ((1, 10, 4), (1, 74, 4), (1, 138, 4), (1, 202, 4), (1, 202, 5), (1, 42, 4), (1, 106, 4),
         (2, 1034, 4), (3, 1034, 4), (4, 1034, 4), (3, 1098, 4), (4, 1098, 4),
         (1, 2058, 3), (1, 2122, 3), (1, 2090, 3)),
     2: ((1, 1, 0), (1, 129, 3), (1, 10, 2), (1, 138, 2), (1, 42, 2), (3, 1025, 0), (3, 1034, 2), (4, 1034, 2),
         (1, 2049, 0), (1, 2058, 2)),
-    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0), (1, 42, 2), (2, 1034, 2), (4, 1034, 2)),
+    4: ((1, 10, 2), (1, 138, 2), (1, 1, 0), (1, 42, 2), (2, 1034, 2), (4, 1034, 2),
+        (1, 2058, 1), (1, 2057, 1), (1, 2050, 1), (1, 2049, 1), (1, 2049, 0), (1, 2122, 1), (1, 2090, 1)),
     8: ((1, 10, 1), (1, 138, 1), (1, 1, 0), (1, 9, 0), (1, 42, 1), (2, 1034, 1), (4, 1034, 1)),
 }
 # Few-token schedules the sweep adds at 1 and 2 rows.
