@@ -790,20 +790,26 @@ FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # token groups' activation operands loaded once for both; sweep_nvfp4_m2_f4435c8_h200.md, whole
 # projection at 8 rows: [16384, 5120] 24.9 against 26.2 us, [34816, 5120] 48.7 against 49.4; at
 # 1-4 rows +2 to +4% there). Weights of N <= 5120 (160 tile pairs or fewer, under two CTAs a
-# multiprocessor) lose 14-36% with it; [12288, 2048] gains 2-5% at 1-8 rows but shares the base
-# class with [5120, 6144], so keeps one tile.
+# multiprocessor) lose 14-36% with it. "wide", a weight between small and large of
+# N >= FP4_TILED_WIDE_N (at least 256 tile pairs: two CTAs a multiprocessor), takes two tiles at
+# 1-8 rows, where its short K makes the per-CTA costs weigh ([12288, 2048] in the same sweep: 8.64
+# against 8.91 us at 1 row, 8.70 / 8.86 at 2, 8.72 / 9.18 at 4, 10.85 / 11.29 at 8); the other
+# base weight measured, [5120, 6144], loses 14-26% with it.
 FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
+                     "wide": {1: (1, 2058, 3), 2: (1, 2058, 2)},
                      "large": {1: (1, 74, 4), 2: (1, 2058, 2)}, "long": {1: (1, 74, 4), 4: (2, 1034, 2)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
 FP4_TILED_LONG_K = 8192
+FP4_TILED_WIDE_N = 8192
 # Slices of 1 and 2 rows take the few-token form where given here, by size class and rows
 # (sweep_nvfp4_few_20049a8_h200.md: at 1 row, with its first round requested before the
 # quantizer wait, 3-5% faster on [2048, 4096], [5120, 6144] and [5120, 17408], even on
 # [12288, 2048], 2-4% slower on [34816, 5120] and [16384, 5120]; at 2 rows within -3% to +12%).
 # Since that round is requested by loads ptxas keeps before the wait (sweep_nvfp4_7dab117_h200.md)
 # the small weight takes it without the L2 prefetch of its first wave (5.1 against 5.3 us).
-FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 298, 3)}, "base": {1: (1, 298, 3)}, "large": {}, "long": {1: (1, 298, 3)}}
+FP4_TILED_FEW_BY_SIZE = {"small": {1: (1, 298, 3)}, "base": {1: (1, 298, 3)}, "wide": {}, "large": {},
+                         "long": {1: (1, 298, 3)}}
 # Schedules the tile-major sweep compares (bench/sweep_nvfp4.py): the base schedule
 # (FP4_TILED_SCHEDULE) first. A min_blocks of 0 leaves the register count to ptxas.
 # At 4 groups the two-tile schedules (FP4_ARITH_TWO_TILES) are those that compile without local
@@ -838,7 +844,7 @@ def fp4_tiled_size(n: int, k: int) -> str:
     if values <= FP4_TILED_SMALL_MAX:
         return "small"
     if values < FP4_TILED_LARGE_MIN:
-        return "base"
+        return "wide" if n >= FP4_TILED_WIDE_N else "base"
     return "long" if k >= FP4_TILED_LONG_K else "large"
 
 

@@ -24,8 +24,11 @@ def main() -> int:
     ctx = Nvfp4Ctx(max_rows=32, max_k=4480)
     rng = np.random.default_rng(0)
     # Each size class of tile-major schedules in turn (the weights here are small: the thresholds move).
-    for small_max, large_min, long_k in ((1 << 40, 1 << 41, 0), (0, 1 << 41, 0), (0, 1, 1 << 30), (0, 1, 0)):
+    # small, base, wide, large, long:
+    for small_max, large_min, long_k, wide_n in ((1 << 40, 1 << 41, 0, 0), (0, 1 << 41, 0, 1 << 30), (0, 1 << 41, 0, 0),
+                                                 (0, 1, 1 << 30, 0), (0, 1, 0, 0)):
         _build.FP4_TILED_SMALL_MAX, _build.FP4_TILED_LARGE_MIN, _build.FP4_TILED_LONG_K = small_max, large_min, long_k
+        _build.FP4_TILED_WIDE_N = wide_n
         ctx._plans.clear()
         for n, k in ((16, 128), (200, 384), (129, 1024), (40, 3456), (24, 4480)):
             w = random_nvfp4_weight(n, k, int(rng.integers(1 << 30)))

@@ -329,7 +329,7 @@ def test_tile_major_gives_the_plain_layouts_bits(ctx, n, kb, rows, dtype, ldx_pa
     check(hw, x, tiled, dtype)
 
 
-@pytest.mark.parametrize("size", ["small", "base", "large", "long"])
+@pytest.mark.parametrize("size", ["small", "base", "wide", "large", "long"])
 def test_size_class_schedules_give_the_plain_layouts_bits(ctx, monkeypatch, size):
     """Each weight-size class's schedules (_build.FP4_TILED_BY_SIZE: the first wave's L2 prefetch,
     the masked operand form; FP4_TILED_FEW_BY_SIZE: the few-token form at 1 row), forced on small ragged weights by moving the size thresholds, give
@@ -339,6 +339,7 @@ def test_size_class_schedules_give_the_plain_layouts_bits(ctx, monkeypatch, size
     monkeypatch.setattr(_build, "FP4_TILED_SMALL_MAX", 1 << 40 if size == "small" else 0)
     monkeypatch.setattr(_build, "FP4_TILED_LARGE_MIN", 1 if size in ("large", "long") else 1 << 41)
     monkeypatch.setattr(_build, "FP4_TILED_LONG_K", 0 if size == "long" else 1 << 30)
+    monkeypatch.setattr(_build, "FP4_TILED_WIDE_N", 0 if size == "wide" else 1 << 30)
     ctx._plans.clear()
     try:
         rng = np.random.default_rng(61)
