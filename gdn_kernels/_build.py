@@ -792,11 +792,14 @@ FP4_TILED_SCHEDULE = {1: (1, 10, 4), 2: (1, 1, 0), 4: (1, 10, 2), 8: (1, 10, 1)}
 # 1-4 rows +2 to +4% there). Weights of N <= 5120 (160 tile pairs or fewer, under two CTAs a
 # multiprocessor) lose 14-36% with it. "wide", a weight between small and large of
 # N >= FP4_TILED_WIDE_N (at least 256 tile pairs: two CTAs a multiprocessor), takes two tiles at
-# 1-8 rows, where its short K makes the per-CTA costs weigh ([12288, 2048] in the same sweep: 8.64
-# against 8.91 us at 1 row, 8.70 / 8.86 at 2, 8.72 / 9.18 at 4, 10.85 / 11.29 at 8); the other
-# base weight measured, [5120, 6144], loses 14-26% with it.
+# 1-4 rows, where its short K makes the per-CTA costs weigh ([12288, 2048] in the same sweep: 8.64
+# against 8.91 us at 1 row, 8.70 / 8.86 at 2, 8.72 / 9.18 at 4); the other base weight measured,
+# [5120, 6144], loses 14-26% with it. At 5-8 rows it keeps the base schedule: the H200 sweep had
+# two tiles at 10.85 against 11.29 us at 8 rows, but A/B runs of the shipped class on an H100
+# (nvfp4_ab_wide_*_{80efcce,d5eb00e}_h100.json, three runs) had it 10.5-10.8% slower there, while
+# -3.5 to -4.7% at 1-4 rows.
 FP4_TILED_BY_SIZE = {"small": {1: (1, 138, 4), 2: (1, 138, 2), 4: (1, 138, 2)}, "base": {},
-                     "wide": {1: (1, 2058, 3), 2: (1, 2058, 2)},
+                     "wide": {1: (1, 2058, 3)},
                      "large": {1: (1, 74, 4), 2: (1, 2058, 2)}, "long": {1: (1, 74, 4), 4: (2, 1034, 2)}}
 FP4_TILED_SMALL_MAX = 1 << 23
 FP4_TILED_LARGE_MIN = 1 << 25
