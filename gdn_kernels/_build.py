@@ -142,7 +142,9 @@ class GemmCfg:
     takes two tensor maps before its other arguments). ``f16`` 1 or 2 (fp8 only, with ``wg`` 64
     and ``tma`` 2): w8a8_wgmma_fp8_kernel, the fp8 formats on f16 warpgroup MMAs, that many
     warpgroups (64 weight rows each) a CTA, two f16 token tiles (32 KB) beside the stages;
-    ``overlap`` 1 converts the next chunk's tokens while the chunk's first MMAs run. ``split``
+    ``overlap`` bit 0 converts the next chunk's tokens while the chunk's first MMAs run, bit 1
+    finishes each chunk (its last sum, its promotion) under the next chunk's first MMAs, with a
+    third token tile. ``split``
     > 1 (``tma`` 2): K split over a cluster of that many CTAs a tile: for int8
     w8a8_wgmma_split_kernel, each CTA a contiguous share of K, the exact int32 sums added through
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
@@ -189,10 +191,13 @@ class GemmCfg:
             # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
             # cluster, 16-byte aligned slots for all but one of a CTA's decode warps' sums (32
             # floats a thread each).
-            size = (self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
-                    + (2 * self.wg * 256 if self.f16 else 0))
+            size = self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
+            if self.f16:
+                # The f16 token tiles (three where the chunk's last sum is deferred), then, 16-byte
+                # aligned, three slots of 64 block scales.
+                size += (3 if self.overlap & 2 else 2) * self.wg * 256 + -(8 * self.stages) % 16 + 3 * 64 * 4
             if self.f16 and self.split > 1:
-                size += -(8 * self.stages) % 16 + (GEMM_WARPS // self.split - 1) * 128 * self.threads
+                size += (GEMM_WARPS // self.split - 1) * 128 * self.threads
             return size
         if self.stages:
             return self.stages * (128 + 64) * 128
@@ -690,7 +695,12 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
                    + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=1) for s in (3, 4))
                    # The next chunk's tokens converted under this chunk's first MMAs.
                    + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=1) for s in (4, 6))
-                   + tuple(GemmCfg(stages=4, wg=64, tma=2, f16=2, split=sp) for sp in (2, 4)))
+                   + tuple(GemmCfg(stages=4, wg=64, tma=2, f16=2, split=sp) for sp in (2, 4))
+                   # Each chunk finished under the next one's first MMAs (three token tiles;
+                   # clusters of 2 then fit 3 stages beside their slots).
+                   + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=ov) for s in (4, 6) for ov in (2, 3))
+                   + (GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=2, split=2),
+                      GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=2, split=4)))
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:

@@ -1118,14 +1118,21 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages (chunks in flight: kStages - 1).
 // kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  kWG: warpgroups a CTA; with one,
 // two CTAs share a multiprocessor, so that one's MMAs run while the other converts and adds.
-// kOverlap: 1 converts the next chunk's tokens while this chunk's first MMAs run (else before
-// this chunk's MMAs); the stage of chunk i is then waited one iteration earlier, so kStages - 2
-// chunks are requested ahead of the one being converted.  kCluster: CTAs a tile (1, 2 or 4; a
+// kOverlap, two bits: bit 0 converts the next chunk's tokens while this chunk's first MMAs run
+// (else before this chunk's MMAs); the stage of chunk i is then waited one iteration earlier, so
+// kStages - 2 chunks are requested ahead of the one being converted. Bit 1 defers each chunk's
+// last decode MMA sum and its promotion until the next chunk's first MMAs are issued, so that the
+// chunk boundary (token conversion, block barrier, refill) runs under an MMA; three f16 token
+// tiles then rotate, since a warpgroup may still be reading chunk i - 1's while the other
+// converts chunk i + 1's. The same adds in the same order either way.  kCluster: CTAs a tile (1, 2 or 4; a
 // cluster along z, blockIdx.z its rank), each taking 8 / kCluster of the decode order's 8 warps
 // of chunks; the later CTAs keep each warp's sums apart (in shared memory slots, the last in
 // registers) for the exchange after the loop. Other arguments as there.
 //
-// The f16 token tile (two, alternating by chunk): chunk position 16 q + p, for f16 MMA q = 4 h +
+// Block scales (kFp8Block): threads 0-63 load chunk i + 1's token scales, times the weight block's,
+// while chunk i is multiplied and leave them in slot (i + 1) % 3 of 64 floats for its promotion.
+//
+// The f16 token tile (two, alternating by chunk, or three in turn with bit 1 of kOverlap): chunk position 16 q + p, for f16 MMA q = 4 h +
 // 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
 // MMA) and p = 8 e + 2 t + i, holds chunk byte 64 h + 16 t + 8 u + 4 e + 2 l + i: the byte the
 // decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
@@ -1149,11 +1156,15 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   uint8_t* const smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
   const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-  // [kStages][weight | e4m3 tokens], the two f16 token tiles, a barrier a stage, the slots.
+  constexpr bool kDefer = (kOverlap & 2) != 0;
+  constexpr int kTokTiles = kDefer ? 3 : 2;
+  // [kStages][weight | e4m3 tokens], the f16 token tiles, a barrier a stage, three slots of 64
+  // block scales, the cluster's slots.
   uint8_t* const tiles = smem + kStages * kStage;
   const uint32_t tiles_s = smem_s + kStages * kStage;
-  const uint32_t bars = tiles_s + 2 * 2 * kPanel;
-  float4* const slots = reinterpret_cast<float4*>(tiles + 2 * 2 * kPanel + ((8 * kStages + 15) & ~15));
+  const uint32_t bars = tiles_s + kTokTiles * 2 * kPanel;
+  float* const xsc = reinterpret_cast<float*>(tiles + kTokTiles * 2 * kPanel + ((8 * kStages + 15) & ~15));
+  float4* const slots = reinterpret_cast<float4*>(xsc + 3 * kBN);
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = blockIdx.y * kBM, tok0 = blockIdx.x * kBN;
@@ -1193,14 +1204,16 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     }
   }
 
-  // This thread's weight rows (of the CTA's kBM) and tokens.
+  // This thread's weight rows (of the CTA's kBM).
   const int row = 64 * wg + 16 * warp + g;
-  int i_tok[8][2];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    i_tok[j][0] = min(tok0 + 8 * j + 2 * t, rows - 1);
-    i_tok[j][1] = min(tok0 + 8 * j + 2 * t + 1, rows - 1);
-  }
+  auto tile_of = [](int j) { return kDefer ? j % 3 : j & 1; };
+  // Chunk position j's block scale of token tok0 + tid (threads 0-63), as the decode kernel forms it.
+  auto block_scale = [&](int j) {
+    const int c = chunk_at(j);
+    const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+    return gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + tid, rows - 1) * chunks + c), s_w);
+  };
+  if (kFmt == kFp8Block && tid < kBN && mine > 0) xsc[tid] = block_scale(0);
   // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
   auto lds_w = [&](const uint8_t* a, int r, int h) {
     if constexpr (kPacked) {  // two blocks of kBM rows of 64 bytes, 64-byte swizzle
@@ -1210,13 +1223,13 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     }
   };
 
-  // Chunk j's tokens: wait for its stage, then convert them to f16 into token tile j % 2. Item
+  // Chunk j's tokens: wait for its stage, then convert them to f16 into token tile tile_of(j). Item
   // (token r, half h, bytes 8u.. of each 16) reads 8 bytes of each of the half's four 16-byte
   // units and writes the four 16-byte units they fill.
   auto convert_tokens = [&](int j) {
     const int st = j % kStages;
     const uint8_t* b = smem + st * kStage + kStageA;
-    uint8_t* bh = tiles + (j & 1) * 2 * kPanel;
+    uint8_t* bh = tiles + tile_of(j) * 2 * kPanel;
     gdn::mbar_wait(bars + 8 * st, (j / kStages) & 1);
 #pragma unroll
     for (int item = tid; item < 4 * kBN; item += 128 * kWG) {
@@ -1237,8 +1250,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
         }
     }
   };
-  // kOverlap: chunk 0's tokens now, chunk i + 1's while chunk i's first MMAs run.
-  if constexpr (kOverlap) {
+  // kOverlap bit 0: chunk 0's tokens now, chunk i + 1's while chunk i's first MMAs run.
+  if constexpr ((kOverlap & 1) != 0) {
     if (mine > 0) convert_tokens(0);
   }
 
@@ -1264,31 +1277,51 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       acc[e] = 0.f;
     }
   };
+  // The chunk at position p done: its partial (part, the last decode MMA's sum still in d1 added
+  // here) promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2), after the
+  // finished decode warps are folded into the total.
+  float part[32], d0[32], d1[32];
+#pragma unroll
+  for (int e = 0; e < 32; ++e) part[e] = 0.f;
+  auto finish = [&](int p) {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], d1[e]);
+    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
+      fold_warp();
+      ++v;
+      left = per + (v < extra);
+    }
+    --left;
+    const float* xs = xsc + (p % 3) * kBN;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float2 sc = make_float2(0.f, 0.f);
+      if constexpr (kFmt == kFp8Block) sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        if constexpr (kFmt == kFp8Block) {
+          acc[e] = gdn::fma_rn(part[e], (r & 1) ? sc.y : sc.x, acc[e]);
+        } else {
+          acc[e] = gdn::add_rn(acc[e], part[e]);
+        }
+        part[e] = 0.f;
+      }
+    }
+  };
+  // The f16 token tiles' descriptors: tile 0's, plus the offset of (tile, MMA q) in 16-byte units.
+  const uint64_t desc0 = wgmma_desc(tiles_s);
   for (int i = 0; i < mine; ++i) {
     const uint8_t* a = smem + (i % kStages) * kStage;
-    if constexpr (!kOverlap) convert_tokens(i);
+    if constexpr ((kOverlap & 1) == 0) convert_tokens(i);
     uint4 ra[2], rb[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       ra[h] = lds_w(a, row, h);
       rb[h] = lds_w(a, row + 8, h);
     }
-    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
-      fold_warp();
-      ++v;
-      left = per + (v < extra);
-    }
-    const int c = v + (per + (v < extra) - left) * kSplit;
-    --left;
-    float scale[8][2];
-    if constexpr (kFmt == kFp8Block) {
-      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)i_tok[j][q] * chunks + c), s_w);
-    }
+    float xs_next = 0.f;
+    if (kFmt == kFp8Block && tid < kBN && i + 1 < mine) xs_next = block_scale(i + 1);
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
     // Every thread is past chunk i - 1's stage: refill it with chunk i + kStages - 1.
@@ -1299,10 +1332,10 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       tma_b(s, chunk_at(i + kStages - 1));
     }
 
-    const uint32_t bh_s = tiles_s + (i & 1) * 2 * kPanel;
-    float part[32], d0[32], d1[32];
-#pragma unroll
-    for (int e = 0; e < 32; ++e) part[e] = 0.f;
+    // Chunk i - 1's last decode MMA ran under the boundary above. Waited for here, not after
+    // chunk i's first MMAs: an MMA in flight across the loop's back edge makes ptxas serialize them.
+    if constexpr (kDefer) wgmma_wait<0>();
+    const uint64_t desc_i = desc0 + (uint32_t)(tile_of(i) * 2 * kPanel >> 4);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       // Decode MMA s: bytes 8 (s % 2).. of this thread's 16 in half s / 2.
@@ -1316,34 +1349,32 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
         const uint32_t a16[4] = {e4m3x2_f16x2(a8[0], l), e4m3x2_f16x2(a8[1], l), e4m3x2_f16x2(a8[2], l),
                                  e4m3x2_f16x2(a8[3], l)};
         const int q = 2 * s + l;
-        wgmma_f16_rs(d, a16, wgmma_desc(bh_s + (q >> 2) * kPanel + 32 * (q & 3)), l);
+        wgmma_f16_rs(d, a16, desc_i + (((q >> 2) * kPanel + 32 * (q & 3)) >> 4), l);
       }
       wgmma_commit();
-      if constexpr (kOverlap) {
+      if constexpr ((kOverlap & 1) != 0) {
         if (s == 1 && i + 1 < mine) convert_tokens(i + 1);
       }
-      if (s > 0) {
+      if (s == 0) {
+        if (kDefer && i > 0) finish(i - 1);  // chunk i - 1's last sum and promotion, under chunk i's first MMAs
+      } else {
         wgmma_wait<1>();
         float(&prev)[32] = (s & 1) ? d0 : d1;
 #pragma unroll
         for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], prev[e]);
       }
     }
+    if constexpr (!kDefer) {
+      wgmma_wait<0>();
+      finish(i);
+    }
+    // Chunk i + 1's block scales: slot (i + 1) % 3 was last read for chunk i - 2, before this
+    // chunk's barrier.
+    if (kFmt == kFp8Block && tid < kBN && i + 1 < mine) xsc[((i + 1) % 3) * kBN + tid] = xs_next;
+  }
+  if constexpr (kDefer) {
     wgmma_wait<0>();
-#pragma unroll
-    for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], d1[e]);
-    // The chunk's partial promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2).
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int e = 4 * j + r;
-        if constexpr (kFmt == kFp8Block) {
-          acc[e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[e]);
-        } else {
-          acc[e] = gdn::add_rn(acc[e], part[e]);
-        }
-      }
+    if (mine > 0) finish(mine - 1);
   }
   if (kCluster == 1 || rank == 0) {
     for (; v < v1; ++v) fold_warp();
