@@ -1232,7 +1232,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     uint8_t* bh = tiles + tile_of(j) * 2 * kPanel;
     gdn::mbar_wait(bars + 8 * st, (j / kStages) & 1);
 #pragma unroll
-    for (int item = tid; item < 4 * kBN; item += 128 * kWG) {
+    for (int it = 0; it < 4 * kBN / kThreads; ++it) {
+      const int item = tid + it * kThreads;
       const int r = item >> 2, h = (item >> 1) & 1, u = item & 1;
       uint2 x[4];
 #pragma unroll
