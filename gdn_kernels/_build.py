@@ -348,7 +348,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
     if split := fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=split)
+        return dataclasses.replace(WGMMA_FP8, split=split, overlap=0)
     return WGMMA_FP8 if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
@@ -442,7 +442,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
     if split := fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=split)
+        return dataclasses.replace(WGMMA_FP8, split=split, overlap=0)
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
@@ -531,7 +531,7 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
 # kernel (sweep_w8a8_fp8_51f803f_h200.md, sweep_w8a8_fp8_wgmma_09c633f_h200.md; the fastest or
 # within 3% of the fastest of its schedules, either layout); where the decode kernel runs (fewer
 # CTAs, or long K on tile-major weights), it is not faster than that.
-WGMMA_FP8 = GemmCfg(stages=4, wg=64, tma=2, f16=2)
+WGMMA_FP8 = GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=2)
 
 
 # fp8 at 64+ rows where the warpgroup kernel's tiles (128 weight rows x 64 tokens) fit one wave
