@@ -1158,6 +1158,10 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
   constexpr bool kDefer = (kOverlap & 2) != 0;
   constexpr int kTokTiles = kDefer ? 3 : 2;
+  // Block scales staged in shared memory (below), but in the undeferred split kernel, whose
+  // threads load their own 16 each chunk: staged, that kernel ran 4-12% slower on [5120, 17408]
+  // (H100, 64 and 128 rows; not explained).
+  constexpr bool kStaged = kFmt == kFp8Block && (kCluster == 1 || kDefer);
   // [kStages][weight | e4m3 tokens], the f16 token tiles, a barrier a stage, three slots of 64
   // block scales, the cluster's slots.
   uint8_t* const tiles = smem + kStages * kStage;
@@ -1213,7 +1217,7 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
     return gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + tid, rows - 1) * chunks + c), s_w);
   };
-  if (kFmt == kFp8Block && tid < kBN && mine > 0) xsc[tid] = block_scale(0);
+  if (kStaged && tid < kBN && mine > 0) xsc[tid] = block_scale(0);
   // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
   auto lds_w = [&](const uint8_t* a, int r, int h) {
     if constexpr (kPacked) {  // two blocks of kBM rows of 64 bytes, 64-byte swizzle
@@ -1282,6 +1286,7 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   // here) promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2), after the
   // finished decode warps are folded into the total.
   float part[32], d0[32], d1[32];
+  float scale[8][2];  // this thread's block scales of the chunk (unstaged form)
 #pragma unroll
   for (int e = 0; e < 32; ++e) part[e] = 0.f;
   auto finish = [&](int p) {
@@ -1297,7 +1302,11 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       float2 sc = make_float2(0.f, 0.f);
-      if constexpr (kFmt == kFp8Block) sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+      if constexpr (kStaged) {
+        sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+      } else if constexpr (kFmt == kFp8Block) {
+        sc = make_float2(scale[j][0], scale[j][1]);
+      }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int e = 4 * j + r;
@@ -1322,7 +1331,16 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       rb[h] = lds_w(a, row + 8, h);
     }
     float xs_next = 0.f;
-    if (kFmt == kFp8Block && tid < kBN && i + 1 < mine) xs_next = block_scale(i + 1);
+    if (kStaged && tid < kBN && i + 1 < mine) xs_next = block_scale(i + 1);
+    if constexpr (kFmt == kFp8Block && !kStaged) {
+      const int c = chunk_at(i);
+      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
+    }
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
     // Every thread is past chunk i - 1's stage: refill it with chunk i + kStages - 1.
@@ -1371,7 +1389,7 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     }
     // Chunk i + 1's block scales: slot (i + 1) % 3 was last read for chunk i - 2, before this
     // chunk's barrier.
-    if (kFmt == kFp8Block && tid < kBN && i + 1 < mine) xsc[((i + 1) % 3) * kBN + tid] = xs_next;
+    if (kStaged && tid < kBN && i + 1 < mine) xsc[((i + 1) % 3) * kBN + tid] = xs_next;
   }
   if constexpr (kDefer) {
     wgmma_wait<0>();
