@@ -539,8 +539,9 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
     MMAs (overlap bit 1), per channel with the next chunk's tokens converted under this one's
     MMAs too (bit 0). GEMM alone on tile-major weights at 64-256 rows
     (sweep_fp8_dfr_d7b555e_h100.md): per channel 1.3-6.4% faster than WGMMA_FP8 on every shape
-    it runs on ([34816, 5120] at 256 rows 352.2 against 376.0 us), block 1-3% on 13 of 15 cases
-    with bit 1 alone (bit 0 too lost up to 2% there)."""
+    it runs on ([34816, 5120] at 256 rows 352.2 against 376.0 us), block 1-3% on most cases with
+    bit 1 alone (bit 0 too lost up to 2% there). Whole projections against e25038b
+    (ab_fp8_5ebdb24_h100.md): per channel -3.3 to -6.4%, block -2.2 to -8.3% where it runs."""
     if not WGMMA_FP8.f16:  # a diagnostic's stand-in (bench/diag_back_to_back.py)
         return WGMMA_FP8
     return dataclasses.replace(WGMMA_FP8, overlap=3 if fmt == FMT_FP8_CHANNEL else 2)
