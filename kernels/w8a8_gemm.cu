@@ -1124,20 +1124,20 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 // last decode MMA sum and its promotion until the next chunk's first MMAs are issued, so that the
 // chunk boundary (token conversion, block barrier, refill) runs under an MMA; three f16 token
 // tiles then rotate, since a warpgroup may still be reading chunk i - 1's while the other
-// converts chunk i + 1's. The same adds in the same order either way.  kCluster: CTAs a tile (1, 2 or 4; a
-// cluster along z, blockIdx.z its rank), each taking 8 / kCluster of the decode order's 8 warps
-// of chunks; the later CTAs keep each warp's sums apart (in shared memory slots, the last in
-// registers) for the exchange after the loop. Other arguments as there.
+// converts chunk i + 1's. The same adds in the same order either way.  kCluster: CTAs a tile
+// (1, 2 or 4; a cluster along z, blockIdx.z its rank), each taking 8 / kCluster of the decode
+// order's 8 warps of chunks; the later CTAs keep each warp's sums apart (in shared memory slots,
+// the last in registers) for the exchange after the loop. Other arguments as there.
 //
 // Block scales (kFp8Block): threads 0-63 load chunk i + 1's token scales, times the weight block's,
 // while chunk i is multiplied and leave them in slot (i + 1) % 3 of 64 floats for its promotion.
 //
-// The f16 token tile (two, alternating by chunk, or three in turn with bit 1 of kOverlap): chunk position 16 q + p, for f16 MMA q = 4 h +
-// 2 u + l (the decode MMA of bytes 8u.. of each thread's 16 in half h of the chunk, its l-th f16
-// MMA) and p = 8 e + 2 t + i, holds chunk byte 64 h + 16 t + 8 u + 4 e + 2 l + i: the byte the
-// decode kernel's MMA has at that place. Stored as the MMA reads a K-major f16 operand with the
-// 128-byte swizzle: two panels of 64 tokens x 64 f16 (128 bytes), MMA q at 32 (q % 4) bytes of
-// panel q / 4.
+// The f16 token tile (two, alternating by chunk, or three in turn with bit 1 of kOverlap): chunk
+// position 16 q + p, for f16 MMA q = 4 h + 2 u + l (the decode MMA of bytes 8u.. of each thread's
+// 16 in half h of the chunk, its l-th f16 MMA) and p = 8 e + 2 t + i, holds chunk byte 64 h + 16 t
+// + 8 u + 4 e + 2 l + i: the byte the decode kernel's MMA has at that place. Stored as the MMA
+// reads a K-major f16 operand with the 128-byte swizzle: two panels of 64 tokens x 64 f16 (128
+// bytes), MMA q at 32 (q % 4) bytes of panel q / 4.
 template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, int kCluster, typename OutT, typename SwT>
 __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const gdn::TensorMap& xmap,
                                                const SwT* __restrict__ sw, const float* __restrict__ sx,
@@ -1339,7 +1339,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int q = 0; q < 2; ++q)
-          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
+          scale[j][q] = gdn::mul_rn(
+              gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
     }
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
@@ -1375,7 +1376,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
         if (s == 1 && i + 1 < mine) convert_tokens(i + 1);
       }
       if (s == 0) {
-        if (kDefer && i > 0) finish(i - 1);  // chunk i - 1's last sum and promotion, under chunk i's first MMAs
+        // Chunk i - 1's last sum and promotion, under chunk i's first MMAs.
+        if (kDefer && i > 0) finish(i - 1);
       } else {
         wgmma_wait<1>();
         float(&prev)[32] = (s & 1) ? d0 : d1;
