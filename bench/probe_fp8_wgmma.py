@@ -13,7 +13,13 @@ tile several ways on the same bytes and counts the differing bits:
   permuted so that MMA position p holds the byte mma.sync has at p, see ``permute``);
 - ``hmma``: that lowering written out: f16 mma.sync on converted bytes and explicit fp32 adds;
 - ``hgmma``: the same with f16 wgmma m64n64k16 (weight converted in registers, the tokens as
-  f16 in shared memory in the emulation's order, see ``permute_f16``).
+  f16 in shared memory in the emulation's order, see ``permute_f16``);
+- ``qgmma_n8``: ``qgmma`` as eight m64n8k32 e4m3 wgmma a k step, one an 8-token group (the shape a
+  decode kernel of 1-8 tokens would run);
+- ``qgmma_ss``: ``qgmma`` with the weight from shared memory too (permuted as the tokens).
+
+The last two are compared with ``qgmma`` as well: the e4m3 warpgroup MMA can serve every row count
+only if an output's bits depend neither on N nor on where A comes from.
 
 Each against a float64 reference of the decoded bytes too (a wrong fragment layout shows there).
 Three kinds of data: random e4m3 bytes over the whole range, scaled normals, and rows that
@@ -43,6 +49,19 @@ __device__ __forceinline__ void qg_rs(float (&d)[32], const uint32_t (&a)[4], ui
                "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " D32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
                : OUT32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
 }
+// e4m3 wgmma m64n8k32, A from registers.
+__device__ __forceinline__ void qg8_rs(float (&d)[4], const uint32_t (&a)[4], uint64_t b, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+}
+// e4m3 wgmma m64n64k32, A from shared memory.
+__device__ __forceinline__ void qg_ss(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " D32 ", %32, %33, p, 1, 1;\n}\n"
+               : OUT32(d) : "l"(a), "l"(b), "r"(acc));
+}
 // f16 wgmma k16, A from registers.
 __device__ __forceinline__ void hg_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -57,18 +76,20 @@ __device__ __forceinline__ uint32_t f16x2(uint32_t v, int hi) {  // two e4m3 (by
 }
 
 // One 64 x 64 tile, one chunk of 128 bytes of K a trial. Bp: the tokens permuted for the e4m3
-// wgmma ([64][128] bytes); Bh: the tokens as f16 in the order of the f16 emulation ([64][128] f16).
-// out: [4 variants][trials][64 rows][64 tokens].
+// wgmma ([64][128] bytes), Ap: the weight so permuted; Bh: the tokens as f16 in the order of the f16
+// emulation ([64][128] f16). out: [6 variants][trials][64 rows][64 tokens].
 extern "C" __global__ void __launch_bounds__(128) probe(const uint8_t* A, const uint8_t* B, const uint8_t* Bp,
-                                                        const uint16_t* Bh, float* out, int trials) {
+                                                        const uint16_t* Bh, const uint8_t* Ap, float* out, int trials) {
   const long long tr = blockIdx.x;
-  A += tr * 8192; B += tr * 8192; Bp += tr * 8192; Bh += tr * 8192;
+  A += tr * 8192; B += tr * 8192; Bp += tr * 8192; Bh += tr * 8192; Ap += tr * 8192;
   __shared__ __align__(1024) uint8_t sb[64 * 128];
+  __shared__ __align__(1024) uint8_t sa[64 * 128];
   __shared__ __align__(1024) uint8_t sh[2][64 * 128];  // two panels of 64 f16 of K
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   for (int id = tid; id < 64 * 8; id += 128) {
     const int r = id >> 3, u = id & 7, o = r * 128 + ((u ^ (r & 7)) << 4);
     *reinterpret_cast<uint4*>(sb + o) = *reinterpret_cast<const uint4*>(Bp + r * 128 + u * 16);
+    *reinterpret_cast<uint4*>(sa + o) = *reinterpret_cast<const uint4*>(Ap + r * 128 + u * 16);
     for (int p = 0; p < 2; ++p)
       *reinterpret_cast<uint4*>(sh[p] + o) = *reinterpret_cast<const uint4*>(Bh + r * 128 + p * 64 + u * 8);
   }
@@ -145,9 +166,35 @@ extern "C" __global__ void __launch_bounds__(128) probe(const uint8_t* A, const 
     for (int j = 0; j < 8; ++j)
       for (int r = 0; r < 4; ++r) store(3, j, r, part[4 * j + r]);
   }
+  {  // 4 qgmma_n8: the four k steps of each 8-token group as m64n8k32 (tokens 8 j.. of sb: one atom)
+    float d[8][4];
+    for (int j = 0; j < 8; ++j)
+      for (int r = 0; r < 4; ++r) d[j][r] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a[4];
+      a_of(s, a);
+      for (int j = 0; j < 8; ++j) qg8_rs(d[j], a, desc128(sb_s + 1024 * j + 32 * s), s > 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    for (int j = 0; j < 8; ++j)
+      for (int r = 0; r < 4; ++r) store(4, j, r, d[j][r]);
+  }
+  {  // 5 qgmma_ss: as qgmma, the weight from shared memory
+    const uint32_t sa_s = (uint32_t)__cvta_generic_to_shared(sa);
+    float d[32];
+    for (int i = 0; i < 32; ++i) d[i] = 0.f;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    for (int s = 0; s < 4; ++s) qg_ss(d, desc128(sa_s + 32 * s), desc128(sb_s + 32 * s), s > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    for (int j = 0; j < 8; ++j)
+      for (int r = 0; r < 4; ++r) store(5, j, r, d[4 * j + r]);
+  }
 }
 """
-_VARIANTS = ("sync", "qgmma", "hmma", "hgmma")
+_VARIANTS = ("sync", "qgmma", "hmma", "hgmma", "qgmma_n8", "qgmma_ss")
 
 
 def permute(rows):
@@ -215,13 +262,13 @@ def main() -> int:
     rng = np.random.default_rng(7)
     trials = 1024
     print(cupy.cuda.runtime.getDeviceProperties(0)["name"].decode())
-    print("| data | variant | outputs | bits differ from sync | max abs err / max |row| sum, vs float64 |")
-    print("|---|---|---|---|---|")
-    worst = 0
+    print("| data | variant | outputs | bits differ from sync | bits differ from qgmma | max abs err / max |row| sum, vs float64 |")
+    print("|---|---|---|---|---|---|")
+    worst = worst_q = 0
     for kind in ("bytes", "normal", "cancel"):
         a, b = _data(kind, trials, rng)
-        out = cupy.full((4, trials, 64, 64), np.nan, np.float32)
-        args = [cupy.asarray(x) for x in (a, b, permute(b), permute_f16(b))]
+        out = cupy.full((len(_VARIANTS), trials, 64, 64), np.nan, np.float32)
+        args = [cupy.asarray(x) for x in (a, b, permute(b), permute_f16(b), permute(a))]
         kern((trials,), (128,), (*args, out, np.int32(trials)))
         got = out.get()
         fa = a.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
@@ -230,11 +277,16 @@ def main() -> int:
         scale = np.einsum("tnk,tmk->tnm", np.abs(fa), np.abs(fb)).max()
         for v, name in enumerate(_VARIANTS):
             diff = int((got[v].view(np.uint32) != got[0].view(np.uint32)).sum())
+            diff_q = int((got[v].view(np.uint32) != got[1].view(np.uint32)).sum())
             err = float(np.nanmax(np.abs(got[v] - ref))) / scale
             if name == "hgmma":
                 worst = max(worst, diff)
-            print(f"| {kind} | {name} | {got[v].size} | {diff} | {err:.2e} |", flush=True)
+            if name.startswith("qgmma_"):
+                worst_q = max(worst_q, diff_q)
+            print(f"| {kind} | {name} | {got[v].size} | {diff} | {diff_q} | {err:.2e} |", flush=True)
     print("f16 wgmma emulation matches mma.sync bit for bit" if worst == 0 else f"f16 wgmma emulation differs: {worst} outputs")
+    print("e4m3 wgmma: the same bits at N = 8 and with A from shared memory" if worst_q == 0
+          else f"e4m3 wgmma: N = 8 or A from shared memory changes {worst_q} outputs")
     return 0
 
 
