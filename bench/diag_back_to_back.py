@@ -32,7 +32,7 @@ def main() -> int:
     n, k = 2048, 4096
     ctx = W8a8Ctx(max_rows=256, max_k=k)
     stream = cupy.cuda.Stream(non_blocking=True)
-    wgmma, wgmma_fp8 = _build.wgmma_config, _build.WGMMA_FP8
+    wgmma, wgmma_fp8, fp8_unsplit = _build.wgmma_config, _build.WGMMA_FP8, _build.wgmma_fp8_unsplit
     print("| format | PDL | warpgroup kernels | seed | calls differing | details |")
     print("|---|---|---|---|---|---|")
     for fmt in args.formats.split(","):
@@ -42,6 +42,7 @@ def main() -> int:
                 _build.PDL_ENABLED = pdl
                 _build.wgmma_config = wgmma if wg else (lambda *a: None)
                 _build.WGMMA_FP8 = wgmma_fp8 if wg else _build.GemmCfg(stages=4)  # the tiled kernel
+                _build.wgmma_fp8_unsplit = fp8_unsplit if wg else (lambda fmt: _build.WGMMA_FP8)
                 ctx._gemm_by_shape.clear()
                 for seed in range(args.seeds):
                     rng = np.random.default_rng(43 + seed)
@@ -66,7 +67,7 @@ def main() -> int:
                             bad.append(f"call {i} ({counts[i]} rows, after {counts[max(0, i - 2):i].tolist()}): "
                                        f"{int(d.sum())} outputs, {rows_bad} rows ({whole} whole), n-blocks {blocks[:8]}")
                     print(f"| {fmt} | {int(pdl)} | {int(wg)} | {seed} | {len(bad)} | {'; '.join(bad)[:600]} |", flush=True)
-    _build.wgmma_config, _build.WGMMA_FP8 = wgmma, wgmma_fp8
+    _build.wgmma_config, _build.WGMMA_FP8, _build.wgmma_fp8_unsplit = wgmma, wgmma_fp8, fp8_unsplit
     return 0
 
 

@@ -188,9 +188,9 @@ class GemmCfg:
         stages before waiting on the quantizer."""
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
-            # with tensor copies a barrier a stage, for fp8 two f16 token tiles and, split over a
-            # cluster, 16-byte aligned slots for all but one of a CTA's decode warps' sums (32
-            # floats a thread each).
+            # with tensor copies a barrier a stage; for fp8 the f16 token tiles and block-scale
+            # slots below and, split over a cluster, slots for all but one of a CTA's decode
+            # warps' sums (32 floats a thread each).
             size = self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
             if self.f16:
                 # The f16 token tiles (three where the chunk's last sum is deferred), then, 16-byte
@@ -542,8 +542,6 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
     it runs on ([34816, 5120] at 256 rows 352.2 against 376.0 us), block 1-3% on most cases with
     bit 1 alone (bit 0 too lost up to 2% there). Whole projections against e25038b
     (ab_fp8_5ebdb24_h100.md): per channel -3.3 to -6.4%, block -2.2 to -8.3% where it runs."""
-    if not WGMMA_FP8.f16:  # a diagnostic's stand-in (bench/diag_back_to_back.py)
-        return WGMMA_FP8
     return dataclasses.replace(WGMMA_FP8, overlap=3 if fmt == FMT_FP8_CHANNEL else 2)
 
 

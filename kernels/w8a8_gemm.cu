@@ -1211,11 +1211,16 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   // This thread's weight rows (of the CTA's kBM).
   const int row = 64 * wg + 16 * warp + g;
   auto tile_of = [](int j) { return kDefer ? j % 3 : j & 1; };
-  // Chunk position j's block scale of token tok0 + tid (threads 0-63), as the decode kernel forms it.
+  // Block fp8's scales of chunk c as the decode kernel forms them: the weight block's, and token
+  // tok's times it (tokens past the rows clamped).
+  auto weight_scale = [&](int c) { return to_float(sw[(long long)(n0 >> 7) * chunks + c]); };
+  auto token_scale = [&](int c, int tok, float s_w) {
+    return gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok, rows - 1) * chunks + c), s_w);
+  };
+  // Chunk position j's scale of token tok0 + tid (threads 0-63), for the shared-memory slots.
   auto block_scale = [&](int j) {
     const int c = chunk_at(j);
-    const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
-    return gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + tid, rows - 1) * chunks + c), s_w);
+    return token_scale(c, tok0 + tid, weight_scale(c));
   };
   if (kStaged && tid < kBN && mine > 0) xsc[tid] = block_scale(0);
   // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
@@ -1334,13 +1339,11 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     if (kStaged && tid < kBN && i + 1 < mine) xs_next = block_scale(i + 1);
     if constexpr (kFmt == kFp8Block && !kStaged) {
       const int c = chunk_at(i);
-      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+      const float s_w = weight_scale(c);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int q = 0; q < 2; ++q)
-          scale[j][q] = gdn::mul_rn(
-              gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
+        for (int q = 0; q < 2; ++q) scale[j][q] = token_scale(c, tok0 + 8 * j + 2 * t + q, s_w);
     }
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
