@@ -117,6 +117,27 @@ __device__ __forceinline__ int decode_order_chunk(int i, int chunks) {
   return v + i * kSplit;
 }
 
+// decode_order_chunk's sequence walked a position a step (the chunk at the current position, then
+// next()), for loops that would otherwise search the decode warps for each chunk anew.
+struct DecodeWalk {
+  int v, r, per, extra;  // position: chunk r of decode warp v
+  __device__ __forceinline__ DecodeWalk(int i, int chunks) : v(0), r(i), per(chunks / 8), extra(chunks % 8) {
+    for (; v < 8; ++v) {
+      const int cnt = per + (v < extra);
+      if (r < cnt) break;
+      r -= cnt;
+    }
+  }
+  __device__ __forceinline__ int chunk() const { return v + 8 * r; }
+  // Past the last position the walk is undefined (empty decode warps are not skipped there).
+  __device__ __forceinline__ void next() {
+    if (++r == per + (v < extra)) {
+      r = 0;
+      ++v;
+    }
+  }
+};
+
 }  // namespace
 
 // The operands of one round: kUnroll chunks of kM weight tiles and kTiles token tiles.
@@ -1217,12 +1238,9 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   auto token_scale = [&](int c, int tok, float s_w) {
     return gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok, rows - 1) * chunks + c), s_w);
   };
-  // Chunk position j's scale of token tok0 + tid (threads 0-63), for the shared-memory slots.
-  auto block_scale = [&](int j) {
-    const int c = chunk_at(j);
-    return token_scale(c, tok0 + tid, weight_scale(c));
-  };
-  if (kStaged && tid < kBN && mine > 0) xsc[tid] = block_scale(0);
+  // Chunk c's scale of token tok0 + tid (threads 0-63), for the shared-memory slots.
+  auto block_scale = [&](int c) { return token_scale(c, tok0 + tid, weight_scale(c)); };
+  if (kStaged && tid < kBN && mine > 0) xsc[tid] = block_scale(chunk_at(0));
   // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
   auto lds_w = [&](const uint8_t* a, int r, int h) {
     if constexpr (kPacked) {  // two blocks of kBM rows of 64 bytes, 64-byte swizzle
@@ -1326,6 +1344,9 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   };
   // The f16 token tiles' descriptors: tile 0's, plus the offset of (tile, MMA q) in 16-byte units.
   const uint64_t desc0 = wgmma_desc(tiles_s);
+  // The chunks whose block scales (staged: chunk i + 1's, else chunk i's) and whose refill
+  // (chunk i + kStages - 1) iteration i asks for.
+  DecodeWalk at_scale(i0 + (kStaged ? 1 : 0), chunks), at_refill(i0 + kStages - 1, chunks);
   for (int i = 0; i < mine; ++i) {
     const uint8_t* a = smem + (i % kStages) * kStage;
     if constexpr ((kOverlap & 1) == 0) convert_tokens(i);
@@ -1336,24 +1357,26 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       rb[h] = lds_w(a, row + 8, h);
     }
     float xs_next = 0.f;
-    if (kStaged && tid < kBN && i + 1 < mine) xs_next = block_scale(i + 1);
+    if (kStaged && tid < kBN && i + 1 < mine) xs_next = block_scale(at_scale.chunk());
     if constexpr (kFmt == kFp8Block && !kStaged) {
-      const int c = chunk_at(i);
+      const int c = at_scale.chunk();
       const float s_w = weight_scale(c);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int q = 0; q < 2; ++q) scale[j][q] = token_scale(c, tok0 + 8 * j + 2 * t + q, s_w);
     }
+    at_scale.next();
     fence_proxy_async();  // the f16 tokens, written by the threads, read by the MMAs
     __syncthreads();
     // Every thread is past chunk i - 1's stage: refill it with chunk i + kStages - 1.
     if (tid == 0 && i + kStages - 1 < mine) {
       const int s = (i + kStages - 1) % kStages;
       gdn::mbar_arrive_expect_tx(bars + 8 * s, kStage);
-      tma_a(s, chunk_at(i + kStages - 1));
-      tma_b(s, chunk_at(i + kStages - 1));
+      tma_a(s, at_refill.chunk());
+      tma_b(s, at_refill.chunk());
     }
+    at_refill.next();
 
     // Chunk i - 1's last decode MMA ran under the boundary above. Waited for here, not after
     // chunk i's first MMAs: an MMA in flight across the loop's back edge makes ptxas serialize them.
