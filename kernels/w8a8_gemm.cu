@@ -1305,16 +1305,19 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       acc[e] = 0.f;
     }
   };
-  // The chunk at position p done: its partial (part, the last decode MMA's sum still in d1 added
-  // here) promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2), after the
-  // finished decode warps are folded into the total.
-  float part[32], d0[32], d1[32];
+  // A chunk's partial: its first decode MMA's sum, written by that MMA (the decode kernel adds it to
+  // a zeroed partial: the same value, +0 for -0, and a -0 partial reaches no output, since acc
+  // starts at +0 and a round-to-nearest sum is -0 only where both terms are), plus the later three
+  // sums in order. Two register sets take turns as the partial (px for even chunk positions, pz
+  // for odd ones); the other holds the third MMA's sum, dy the second's and fourth's.
+  float px[32], pz[32], dy[32];
   float scale[8][2];  // this thread's block scales of the chunk (unstaged form)
+  // The chunk at position p done: its partial (the last decode MMA's sum still in dy added here)
+  // promoted as the decode kernel does (element 4 j + r: token 8 j + 2 t + r % 2), after the
+  // finished decode warps are folded into the total.
+  auto finish = [&](int p, float (&part)[32]) {
 #pragma unroll
-  for (int e = 0; e < 32; ++e) part[e] = 0.f;
-  auto finish = [&](int p) {
-#pragma unroll
-    for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], d1[e]);
+    for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], dy[e]);
     while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
       fold_warp();
       ++v;
@@ -1338,7 +1341,6 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
         } else {
           acc[e] = gdn::add_rn(acc[e], part[e]);
         }
-        part[e] = 0.f;
       }
     }
   };
@@ -1347,7 +1349,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   // The chunks whose block scales (staged: chunk i + 1's, else chunk i's) and whose refill
   // (chunk i + kStages - 1) iteration i asks for.
   DecodeWalk at_scale(i0 + (kStaged ? 1 : 0), chunks), at_refill(i0 + kStages - 1, chunks);
-  for (int i = 0; i < mine; ++i) {
+  // Chunk position i, its partial in `part`; `other` is the chunk before's (kDefer: promoted here).
+  auto chunk = [&](int i, float (&part)[32], float (&other)[32]) {
     const uint8_t* a = smem + (i % kStages) * kStage;
     if constexpr ((kOverlap & 1) == 0) convert_tokens(i);
     uint4 ra[2], rb[2];
@@ -1384,11 +1387,12 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     const uint64_t desc_i = desc0 + (uint32_t)(tile_of(i) * 2 * kPanel >> 4);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      // Decode MMA s: bytes 8 (s % 2).. of this thread's 16 in half s / 2.
+      // Decode MMA s: bytes 8 (s % 2).. of this thread's 16 in half s / 2; its sum into the
+      // partial (s = 0), dy (s = 1, 3) or other (s = 2; free once the chunk before is promoted).
       const int h = s >> 1;
       const uint32_t a8[4] = {(s & 1) ? ra[h].z : ra[h].x, (s & 1) ? rb[h].z : rb[h].x,
                               (s & 1) ? ra[h].w : ra[h].y, (s & 1) ? rb[h].w : rb[h].y};
-      float(&d)[32] = (s & 1) ? d1 : d0;
+      float(&d)[32] = s == 0 ? part : (s & 1) ? dy : other;
       wgmma_fence();
 #pragma unroll
       for (int l = 0; l < 2; ++l) {
@@ -1403,25 +1407,30 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       }
       if (s == 0) {
         // Chunk i - 1's last sum and promotion, under chunk i's first MMAs.
-        if (kDefer && i > 0) finish(i - 1);
-      } else {
-        wgmma_wait<1>();
-        float(&prev)[32] = (s & 1) ? d0 : d1;
+        if (kDefer && i > 0) finish(i - 1, other);
+      } else if (s > 1) {
+        wgmma_wait<1>();  // MMA s - 1 done (MMA 0's sum is the partial itself)
+        float(&prev)[32] = s == 2 ? dy : other;
 #pragma unroll
         for (int e = 0; e < 32; ++e) part[e] = gdn::add_rn(part[e], prev[e]);
       }
     }
     if constexpr (!kDefer) {
       wgmma_wait<0>();
-      finish(i);
+      finish(i, part);
     }
     // Chunk i + 1's block scales: slot (i + 1) % 3 was last read for chunk i - 2, before this
     // chunk's barrier.
     if (kStaged && tid < kBN && i + 1 < mine) xsc[((i + 1) % 3) * kBN + tid] = xs_next;
+  };
+  for (int i = 0; i < mine; i += 2) {
+    chunk(i, px, pz);
+    if (i + 1 < mine) chunk(i + 1, pz, px);
   }
   if constexpr (kDefer) {
     wgmma_wait<0>();
-    if (mine > 0) finish(mine - 1);
+    if (mine > 0 && (mine & 1)) finish(mine - 1, px);
+    if (mine > 0 && !(mine & 1)) finish(mine - 1, pz);
   }
   if (kCluster == 1 || rank == 0) {
     for (; v < v1; ++v) fold_warp();
