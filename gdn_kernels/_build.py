@@ -348,7 +348,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
     if split := fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=split)
+        return fp8_wgmma_config(fmt, split)
     return wgmma_fp8_unsplit(fmt) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
@@ -442,7 +442,7 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
         tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
     if split := fp8_wgmma_split(rows, n, k):
-        return dataclasses.replace(WGMMA_FP8, split=split)
+        return fp8_wgmma_config(fmt, split)
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
@@ -552,17 +552,38 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
 # against 53-67 and 43-44; on [2048, 4096] the decode kernel stays faster); with K >= 8192 and at
 # most 80 tiles, clusters of 4 (the same sweep, 128 rows: [5120, 17408] 122-151 us against 140-172
 # unsplit and 152-171 for the decode projections; the whole projection not timed).
+# Beyond 128 rows (H100, sweep_fp8_wide_8773701_h100.md: GEMM alone on tile-major weights;
+# ab_s4try_8773701_h100.md: whole projections): the narrow weight in clusters of 2 where they make
+# FP8_FULL_WAVE CTAs ([2048, 4096] at 192 / 256 rows: 22.0 / 21.7 us per channel, 26.5 / 26.4
+# block, against 27.5 / 34.5 and 31.3 / 39.6 for the decode kernel); unsplit where the tiles alone
+# fill one wave, long K included ([5120, 17408] at 129-192 rows, 120 tiles: 122.6 us per channel,
+# 142.4 block, against 146.6 / 187.3 in clusters of 4; the whole projection 130.0 / 154.4 us on
+# row-major weights against 225.7 / 251.7 for the decode kernel on tile-major ones); clusters of 4
+# at long K up to FP8_SPLIT4_MAX_TILES tiles ([5120, 17408] at 193-256 rows, 160 tiles: whole
+# projections 220.6 / 280.9 us against 294.0 / 329.9 for the decode kernel on tile-major weights,
+# 234.7 / 295.9 against 251.0 / 303.3 unsplit on row-major ones).
 FP8_SPLIT_MIN_N = 4096
+FP8_FULL_WAVE = 96
+FP8_SPLIT4_MAX_TILES = 160
 
 
 def fp8_wgmma_split(rows: int, n: int, k: int) -> int:
-    """CTAs a tile (2 or 4) of the fp8 warpgroup kernel where it runs split, else 0."""
+    """How the fp8 warpgroup kernel runs where the tile count decides it: 2 or 4 (CTAs a tile,
+    split over a cluster), 1 (unsplit, its tiles one full wave); 0 where the layout's own rule
+    decides between the unsplit kernel and the decode kernel."""
     tiles = -(-n // 128) * -(-rows // 64)
-    if rows < 64 or n < FP8_SPLIT_MIN_N:
+    if rows < 64:
         return 0
-    if 2 * tiles <= WGMMA_SPLIT_CTAS[2]:
+    if 2 * tiles <= WGMMA_SPLIT_CTAS[2] and (n >= FP8_SPLIT_MIN_N or 2 * tiles >= FP8_FULL_WAVE):
         return 2
-    return 4 if k >= 8192 and tiles <= 80 else 0
+    if FP8_FULL_WAVE <= tiles <= WGMMA_SPLIT_CTAS[2]:
+        return 1
+    return 4 if k >= 8192 and tiles <= FP8_SPLIT4_MAX_TILES else 0
+
+
+def fp8_wgmma_config(fmt: int, split: int) -> GemmCfg:
+    """The fp8 warpgroup schedule of :func:`fp8_wgmma_split`'s answer."""
+    return dataclasses.replace(WGMMA_FP8, split=split) if split > 1 else wgmma_fp8_unsplit(fmt)
 
 
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:

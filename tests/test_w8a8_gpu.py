@@ -320,14 +320,21 @@ def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("n,k,rows_list", [(12300, 1280, (64, 100, 256)), (4200, 2176, (64, 100))])
-def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, rows_list):
-    """At 64-256 rows on a weight wide enough that the shipped schedule is a warpgroup-MMA kernel
-    (checked; fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits equal the
-    decode kernel's for that row (8-row calls), in both layouts, on a ragged N and a K whose 10 or
-    17 chunks do not divide among the decode kernel's 8 warps; on the narrower weight the shipped
-    schedule splits K over a cluster of CTAs (checked); the output is within the reference's
-    bound."""
+@pytest.mark.parametrize("n,k,splits,int8_splits", [
+    (12300, 1280, {64: 1, 100: 1, 256: 1}, None),
+    (4200, 2176, {64: 2, 100: 2}, None),
+    # fp8 beyond 128 rows: unsplit where the tiles fill one wave, clusters of 4 past it at long K;
+    # the narrow weight in clusters of 2.
+    (5000, 8192, {192: 1, 256: 4}, {192: 1, 256: 1}),
+    (2000, 4096, {192: 2, 256: 2}, None),
+])
+def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, splits, int8_splits):
+    """At 64-256 rows on a weight where the shipped schedule is a warpgroup-MMA kernel (checked;
+    fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits equal the decode
+    kernel's for that row (8-row calls), in both layouts, on ragged N and K whose 10, 17, 32 or 64
+    chunks do not all divide among the decode kernel's 8 warps; the CTAs a tile (1: unsplit, 2 or
+    4: K split over a cluster) are those ``splits`` names (checked); the output is within the
+    reference's bound."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
@@ -339,10 +346,10 @@ def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, rows_list):
         packed = hw.w.layout == "tiles16"
         assert _build.gemm_config(_FMT[fmt], 8, n, k, packed).stages == 0
         decode = np.concatenate([run_proj(ctx, hw, x[i:i + 8], "bfloat16")[1] for i in range(0, 256, 8)])
-        for rows in rows_list:
+        for rows, split in (int8_splits if fmt == "int8" and int8_splits else splits).items():
             cfg = _build.gemm_config(_FMT[fmt], rows, n, k, packed)
             assert cfg.wg, f"{fmt} {rows} rows: not a warpgroup schedule"
-            assert (cfg.split > 1) == (n < 8192), f"{fmt} {rows} rows: split {cfg.split}"
+            assert cfg.split == split, f"{fmt} {hw.w.layout} {rows} rows: split {cfg.split}"
             ok, many = run_proj(ctx, hw, x[:rows], "bfloat16")
             assert ok
             diff = np.argwhere(many.view(np.uint16) != decode[:rows].view(np.uint16))
