@@ -549,13 +549,14 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
 # twice over and N >= FP8_SPLIT_MIN_N: that kernel with the decode order's warps split over
 # clusters of 2 (sweep_w8a8_fp8_split_6fc9987_h200.md, GEMM alone at 64 rows: [5120, 17408] 76-97
 # us against 140-174 unsplit and 103-107 for the row-major decode projection, [5120, 6144] 32-41
-# against 53-67 and 43-44; on [2048, 4096] the decode kernel stays faster); with K >= 8192 and at
-# most 80 tiles, clusters of 4 (the same sweep, 128 rows: [5120, 17408] 122-151 us against 140-172
-# unsplit and 152-171 for the decode projections; the whole projection not timed).
+# against 53-67 and 43-44; on [2048, 4096] the decode kernel stays faster); with K >= 8192 past
+# that, clusters of 4 (the same sweep at 128 rows, 80 tiles: [5120, 17408] 122-151 us against
+# 140-172 unsplit and 152-171 for the decode projections).
 # Beyond 128 rows (H100, sweep_fp8_wide_8773701_h100.md: GEMM alone on tile-major weights;
 # ab_s4try_8773701_h100.md: whole projections): the narrow weight in clusters of 2 where they make
 # FP8_FULL_WAVE CTAs ([2048, 4096] at 192 / 256 rows: 22.0 / 21.7 us per channel, 26.5 / 26.4
-# block, against 27.5 / 34.5 and 31.3 / 39.6 for the decode kernel); unsplit where the tiles alone
+# block, against about 27.5 / 34.5 and 31.3 / 39.6 for the decode kernel, its projection less the
+# quantizer); unsplit where the tiles alone
 # fill one wave, long K included ([5120, 17408] at 129-192 rows, 120 tiles: 122.6 us per channel,
 # 142.4 block, against 146.6 / 187.3 in clusters of 4; the whole projection 130.0 / 154.4 us on
 # row-major weights against 225.7 / 251.7 for the decode kernel on tile-major ones); clusters of 4
