@@ -556,10 +556,10 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
 # ab_s4try_8773701_h100.md: whole projections): the narrow weight in clusters of 2 where they make
 # FP8_FULL_WAVE CTAs ([2048, 4096] at 192 / 256 rows: 22.0 / 21.7 us per channel, 26.5 / 26.4
 # block, against about 27.5 / 34.5 and 31.3 / 39.6 for the decode kernel, its projection less the
-# quantizer); unsplit where the tiles alone
-# fill one wave, long K included ([5120, 17408] at 129-192 rows, 120 tiles: 122.6 us per channel,
-# 142.4 block, against 146.6 / 187.3 in clusters of 4; the whole projection 130.0 / 154.4 us on
-# row-major weights against 225.7 / 251.7 for the decode kernel on tile-major ones); clusters of 4
+# quantizer); unsplit where the tiles alone fill one wave, long K included ([5120, 17408] at
+# 129-192 rows, 120 tiles: 122.6 us per channel, 142.4 block, against 146.6 / 187.3 in clusters of
+# 4; the whole projection 130.0 / 154.4 us on row-major weights against 225.7 / 251.7 for the
+# decode kernel on tile-major ones); clusters of 4
 # at long K up to FP8_SPLIT4_MAX_TILES tiles ([5120, 17408] at 193-256 rows, 160 tiles: whole
 # projections 220.6 / 280.9 us against 294.0 / 329.9 for the decode kernel on tile-major weights,
 # 234.7 / 295.9 against 251.0 / 303.3 unsplit on row-major ones). As shipped, on the H200:
