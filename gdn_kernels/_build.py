@@ -347,8 +347,8 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     tiled_ctas = -(-n // 128) * -(-rows // 64)
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
-    if split := fp8_wgmma_split(rows, n, k):
-        return fp8_wgmma_config(fmt, split)
+    if wide := fp8_wgmma_schedule(fmt, rows, n, k):
+        return wide
     return wgmma_fp8_unsplit(fmt) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
@@ -441,8 +441,8 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if fmt == FMT_INT8:
         tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
-    if split := fp8_wgmma_split(rows, n, k):
-        return fp8_wgmma_config(fmt, split)
+    if wide := fp8_wgmma_schedule(fmt, rows, n, k):
+        return wide
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
@@ -563,29 +563,34 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
 # at long K up to FP8_SPLIT4_MAX_TILES tiles ([5120, 17408] at 193-256 rows, 160 tiles: whole
 # projections 220.6 / 280.9 us against 294.0 / 329.9 for the decode kernel on tile-major weights,
 # 234.7 / 295.9 against 251.0 / 303.3 unsplit on row-major ones). As shipped, on the H200:
-# w8a8_wide_d5da915_h200.md.
+# w8a8_wide_d5da915_h200.md. Past one wave of tiles up to FP8_SPLIT4_MAX_TILES, per channel in
+# clusters of 2 at any K (the same sweep at 256 rows, 160 tiles: [5120, 17408] 202.3 us against
+# 215.5 in clusters of 4, [5120, 6144] 84.9 against 92.2 unsplit), and block fp8's clusters of 4
+# with each chunk finished under the next ([5120, 17408] at 256 rows: 246.4 against 276.8).
 FP8_SPLIT_MIN_N = 4096
 FP8_FULL_WAVE = 96
 FP8_SPLIT4_MAX_TILES = 160
 
 
-def fp8_wgmma_split(rows: int, n: int, k: int) -> int:
-    """How the fp8 warpgroup kernel runs where the tile count decides it: 2 or 4 (CTAs a tile,
-    split over a cluster), 1 (unsplit, its tiles one full wave); 0 where the layout's own rule
-    decides between the unsplit kernel and the decode kernel."""
+def fp8_wgmma_schedule(fmt: int, rows: int, n: int, k: int) -> GemmCfg | None:
+    """The fp8 warpgroup schedule where the tile count decides it: clusters of 2 or 4 CTAs a tile
+    (K split over the cluster) or unsplit (its tiles one full wave); None where the layout's own
+    rule decides between the unsplit kernel and the decode kernel."""
     tiles = -(-n // 128) * -(-rows // 64)
     if rows < 64:
-        return 0
+        return None
     if 2 * tiles <= WGMMA_SPLIT_CTAS[2] and (n >= FP8_SPLIT_MIN_N or 2 * tiles >= FP8_FULL_WAVE):
-        return 2
-    if FP8_FULL_WAVE <= tiles <= WGMMA_SPLIT_CTAS[2]:
-        return 1
-    return 4 if k >= 8192 and tiles <= FP8_SPLIT4_MAX_TILES else 0
-
-
-def fp8_wgmma_config(fmt: int, split: int) -> GemmCfg:
-    """The fp8 warpgroup schedule of :func:`fp8_wgmma_split`'s answer."""
-    return dataclasses.replace(WGMMA_FP8, split=split) if split > 1 else wgmma_fp8_unsplit(fmt)
+        split = 2
+    elif FP8_FULL_WAVE <= tiles <= WGMMA_SPLIT_CTAS[2]:
+        return wgmma_fp8_unsplit(fmt)
+    elif fmt == FMT_FP8_CHANNEL and WGMMA_SPLIT_CTAS[2] < tiles <= FP8_SPLIT4_MAX_TILES:
+        split = 2
+    elif k >= 8192 and tiles <= FP8_SPLIT4_MAX_TILES:
+        split = 4
+    else:
+        return None
+    # Block scales in clusters of 4: each chunk finished under the next one's first MMAs.
+    return dataclasses.replace(WGMMA_FP8, split=split, overlap=2 if fmt == FMT_FP8_BLOCK and split == 4 else 0)
 
 
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:

@@ -320,21 +320,24 @@ def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("n,k,splits,int8_splits", [
-    (12300, 1280, {64: 1, 100: 1, 256: 1}, None),
-    (4200, 2176, {64: 2, 100: 2}, None),
-    # fp8 beyond 128 rows: unsplit where the tiles fill one wave, clusters of 4 past it at long K;
-    # the narrow weight in clusters of 2.
-    (5000, 8192, {192: 1, 256: 4}, {192: 1, 256: 1}),
-    (2000, 4096, {192: 2, 256: 2}, None),
+@pytest.mark.parametrize("n,k,splits", [
+    (12300, 1280, {64: 1, 100: 1, 256: 1}),
+    (4200, 2176, {64: 2, 100: 2}),
+    # fp8 at long K in clusters of 4 below one wave of tiles; beyond 128 rows unsplit where the
+    # tiles fill one wave, past it up to 160 tiles per channel in clusters of 2, block fp8 in
+    # clusters of 4 at long K (unsplit at short K); the narrow weight in clusters of 2.
+    (5000, 8192, {"int8": {192: 1, 256: 1}, "fp8_channel": {128: 4, 192: 1, 256: 2},
+                  "fp8_block": {128: 4, 192: 1, 256: 4}}),
+    (4300, 1280, {"int8": {256: 1}, "fp8_channel": {192: 1, 256: 2}, "fp8_block": {256: 1}}),
+    (2000, 4096, {192: 2, 256: 2}),
 ])
-def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, splits, int8_splits):
+def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, splits):
     """At 64-256 rows on a weight where the shipped schedule is a warpgroup-MMA kernel (checked;
     fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits equal the decode
     kernel's for that row (8-row calls), in both layouts, on ragged N and K whose 10, 17, 32 or 64
     chunks do not all divide among the decode kernel's 8 warps; the CTAs a tile (1: unsplit, 2 or
-    4: K split over a cluster) are those ``splits`` names (checked); the output is within the
-    reference's bound."""
+    4: K split over a cluster) are those ``splits`` names, for every format or by format
+    (checked); the output is within the reference's bound."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
@@ -346,7 +349,7 @@ def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, splits, int8_splits):
         packed = hw.w.layout == "tiles16"
         assert _build.gemm_config(_FMT[fmt], 8, n, k, packed).stages == 0
         decode = np.concatenate([run_proj(ctx, hw, x[i:i + 8], "bfloat16")[1] for i in range(0, 256, 8)])
-        for rows, split in (int8_splits if fmt == "int8" and int8_splits else splits).items():
+        for rows, split in splits.get(fmt, splits).items():
             cfg = _build.gemm_config(_FMT[fmt], rows, n, k, packed)
             assert cfg.wg, f"{fmt} {rows} rows: not a warpgroup schedule"
             assert cfg.split == split, f"{fmt} {hw.w.layout} {rows} rows: split {cfg.split}"
