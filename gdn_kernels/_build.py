@@ -566,7 +566,9 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
 # w8a8_wide_d5da915_h200.md. Past one wave of tiles up to FP8_SPLIT4_MAX_TILES, per channel in
 # clusters of 2 at any K (the same sweep at 256 rows, 160 tiles: [5120, 17408] 202.3 us against
 # 215.5 in clusters of 4, [5120, 6144] 84.9 against 92.2 unsplit), and block fp8's clusters of 4
-# with each chunk finished under the next ([5120, 17408] at 256 rows: 246.4 against 276.8).
+# with each chunk finished under the next ([5120, 17408] at 256 rows: 246.4 against 276.8); as whole
+# projections (H100, ab_wide_f3fcf46_h100.md) per channel -7.4% / -5.6% at 256 rows on [5120, 6144] /
+# [5120, 17408], block -12.7% / -11.2% at 128 / 256 rows on [5120, 17408].
 FP8_SPLIT_MIN_N = 4096
 FP8_FULL_WAVE = 96
 FP8_SPLIT4_MAX_TILES = 160
