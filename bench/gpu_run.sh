@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device session: GPU tests, compute-sanitizer, the main job and the benchmarks; logs under $OUT.
-#   OUT=/tmp/out bash bench/gpu_run.sh [tests|sanitize|main|bench|bench_nvfp4 ...]   (default: all)
+#   OUT=/tmp/out bash bench/gpu_run.sh [warm|tests|sanitize|main|bench|bench_nvfp4 ...]   (default: all)
+# warm compiles every kernel family side by side into CuPy's cache first (bench/warm_cache.py; its
+# log goes to tests.log), so the steps after it pay no compile in turn.
 # Files (few: the device tool brings back at most eight): summary.txt (device, commit, each step's
 # exit code and time), tests.log, sanitize.log, main.log, bench.log, profile.log, results.tgz
 # (benchmark JSON and markdown). GDN_TESTS selects tests; SANITIZE_FAMILIES the sanitizer's
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-/tmp/gdn_cupy_cache}
 export GDN_KERNELS_REQUIRE_GPU=1
-steps=${*:-tests sanitize main bench bench_nvfp4 host profile}
+steps=${*:-warm tests sanitize main bench bench_nvfp4 host profile}
 # A second call with the same $OUT adds to summary.txt and results.tgz instead of replacing them.
 [ -f "$OUT/results.tgz" ] && tar -C "$OUT" -xzf "$OUT/results.tgz"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
@@ -30,6 +32,7 @@ run() {
 }
 for step in $steps; do
   case $step in
+    warm) run tests warm timeout 300 python3 bench/warm_cache.py ;;
     tests) run tests tests timeout 450 python3 -m pytest -q -rs --maxfail=10 -p no:cacheprovider ${GDN_TESTS:-tests/} ;;
     sanitize)
       for fam in ${SANITIZE_FAMILIES:-w8a8 nvfp4}; do
