@@ -741,7 +741,11 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
                    # clusters of 2 then fit 3 stages beside their slots).
                    + tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2, overlap=ov) for s in (4, 6) for ov in (2, 3))
                    + (GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=2, split=2),
-                      GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=2, split=4)))
+                      GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=2, split=4),
+                      # Per channel's overlaps in clusters of 2 (its shipped split schedule runs
+                      # without them): the next chunk's tokens early, and both bits.
+                      GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=1, split=2),
+                      GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=3, split=2)))
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
