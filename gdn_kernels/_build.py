@@ -320,6 +320,12 @@ def gemm_schedule(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> 
     return token_tiles(fmt, rows, n, k, packed), gemm_config(fmt, rows, n, k, packed)
 
 
+def wide_tiles(rows: int, n: int) -> int:
+    """Tiles of 128 weight rows x 64 tokens of a weight with ``n`` rows at this row count: the CTAs
+    of the tiled kernel and of the unsplit fp8 warpgroup kernel, by which their rules choose."""
+    return -(-n // 128) * -(-rows // 64)
+
+
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
     """The schedule of a weight [n, k] of format ``fmt`` at this row count, in the row-major or
     (``packed``) tile-major layout: the fastest in the H200 schedule sweeps
@@ -344,7 +350,7 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
         return wgmma
     # From 64 rows the tiled kernel wins once it has enough 128 x 64 tiles to fill the GPU; for fp8
     # the f16 warpgroup kernel, with the same tiles, runs in its place.
-    tiled_ctas = -(-n // 128) * -(-rows // 64)
+    tiled_ctas = wide_tiles(rows, n)
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
     if wide := fp8_wgmma_schedule(fmt, rows, n, k):
@@ -439,15 +445,14 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     # for fp8 the f16 warpgroup kernel in the tiled kernel's place (the gemm_config wrapper makes
     # it tile-major).
     if fmt == FMT_INT8:
-        tiled = rows >= 64 and -(-n // 128) * -(-rows // 64) >= 96 and k < 8192
+        tiled = rows >= 64 and wide_tiles(rows, n) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
     if wide := fp8_wgmma_schedule(fmt, rows, n, k):
         return wide
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
-    tiles = -(-n // 128) * -(-rows // 64)
-    return wgmma_fp8_unsplit(fmt) if rows >= 64 and tiles >= 80 and k < 8192 else GemmCfg(1, 2, 0, 1)
+    return wgmma_fp8_unsplit(fmt) if rows >= 64 and wide_tiles(rows, n) >= 80 and k < 8192 else GemmCfg(1, 2, 0, 1)
 
 
 # The cp.async form's stages by token tile and weight layout (shared memory: 128 + wg rows of 128
@@ -578,7 +583,7 @@ def fp8_wgmma_schedule(fmt: int, rows: int, n: int, k: int) -> GemmCfg | None:
     """The fp8 warpgroup schedule where the tile count decides it: clusters of 2 or 4 CTAs a tile
     (K split over the cluster) or unsplit (its tiles one full wave); None where the layout's own
     rule decides between the unsplit kernel and the decode kernel."""
-    tiles = -(-n // 128) * -(-rows // 64)
+    tiles = wide_tiles(rows, n)
     if rows < 64:
         return None
     if 2 * tiles <= WGMMA_SPLIT_CTAS[2] and (n >= FP8_SPLIT_MIN_N or 2 * tiles >= FP8_FULL_WAVE):
