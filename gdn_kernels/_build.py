@@ -320,10 +320,11 @@ def gemm_schedule(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> 
     return token_tiles(fmt, rows, n, k, packed), gemm_config(fmt, rows, n, k, packed)
 
 
-def wide_tiles(rows: int, n: int) -> int:
-    """Tiles of 128 weight rows x 64 tokens of a weight with ``n`` rows at this row count: the CTAs
-    of the tiled kernel and of the unsplit fp8 warpgroup kernel, by which their rules choose."""
-    return -(-n // 128) * -(-rows // 64)
+def wide_tiles(rows: int, n: int, tokens: int = 64) -> int:
+    """Tiles of 128 weight rows x ``tokens`` tokens of a weight with ``n`` rows at this row count:
+    with 64 tokens the CTAs of the tiled kernel and of the unsplit fp8 warpgroup kernel, with 64,
+    128 or 256 those of int8's warpgroup kernel unsplit, by which their rules choose."""
+    return -(-n // 128) * -(-rows // tokens)
 
 
 def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> GemmCfg:
@@ -514,12 +515,11 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     split makes more CTAs; 256 beyond 128 rows on tile-major weights where that fills one wave
     (WG256_CTAS), by the producer-warp kernel from K = WG256_WS_MIN_K; both operands by tensor copies;
     K split over a cluster where the tiles are few), or None where the decode kernels run."""
-    tiles_n = -(-n // 128)
-    if rows < (WGMMA_MIN_ROWS_TILE_MAJOR if packed else WGMMA_MIN_ROWS) or -(-rows // 64) * tiles_n < WGMMA_MIN_CTAS:
+    if rows < (WGMMA_MIN_ROWS_TILE_MAJOR if packed else WGMMA_MIN_ROWS) or wide_tiles(rows, n) < WGMMA_MIN_CTAS:
         return None
-    if packed and rows > 128 and WG256_CTAS[0] <= -(-rows // 256) * tiles_n <= WG256_CTAS[1]:
+    if packed and rows > 128 and WG256_CTAS[0] <= wide_tiles(rows, n, 256) <= WG256_CTAS[1]:
         return GemmCfg(stages=WGMMA_TMA_STAGES[256], wg=256, packed=1, tma=2, ws=int(k >= WG256_WS_MIN_K))
-    ctas = {wg: -(-rows // wg) * tiles_n for wg in (64, 128)}
+    ctas = {wg: wide_tiles(rows, n, wg) for wg in (64, 128)}
     split = {wg: wgmma_split(c, k) for wg, c in ctas.items()}
     wg = 128 if rows > 64 and ctas[128] * split[128] >= 64 else 64
     # 64 tokens where their K split makes more CTAs than 128 tokens do (with or without their
