@@ -590,14 +590,27 @@ def fp8_wgmma_schedule(fmt: int, rows: int, n: int, k: int) -> GemmCfg | None:
         split = 2
     elif FP8_FULL_WAVE <= tiles <= WGMMA_SPLIT_CTAS[2]:
         return wgmma_fp8_unsplit(fmt)
-    elif fmt == FMT_FP8_CHANNEL and WGMMA_SPLIT_CTAS[2] < tiles <= FP8_SPLIT4_MAX_TILES:
+    elif WGMMA_SPLIT_CTAS[2] < tiles <= FP8_SPLIT4_MAX_TILES:
         split = 2
     elif k >= 8192 and tiles <= FP8_SPLIT4_MAX_TILES:
         split = 4
     else:
         return None
-    # Block scales in clusters of 4: each chunk finished under the next one's first MMAs.
-    return dataclasses.replace(WGMMA_FP8, split=split, overlap=2 if fmt == FMT_FP8_BLOCK and split == 4 else 0)
+    return wgmma_fp8_split(fmt, split)
+
+
+def wgmma_fp8_split(fmt: int, split: int) -> GemmCfg:
+    """The fp8 warpgroup kernel in clusters of ``split`` CTAs a tile. Block scales: each chunk
+    finished under the next one's first MMAs (overlap bit 1; in clusters of 2 three stages then fit
+    beside the exchange slots). Per channel in clusters of 2: the next chunk's tokens converted under
+    this chunk's first MMAs (bit 0). GEMM alone on tile-major weights wherever they run, H200
+    (sweep_fp8_k2_6be7222_h200.md): block in clusters of 2 12-15% faster than without the deferred
+    finish ([5120, 6144] at 64 rows 31.4 against 36.8 us, [5120, 17408] 79.4 against 93.0,
+    [2048, 4096] at 256 rows 23.4 against 26.5; 2.5-4% on an H100 in sweep_fp8_dfr_d7b555e_h100.md),
+    per channel 1.5-5% with bit 0 ([5120, 17408] at 64 rows 65.1 against 68.7)."""
+    if fmt == FMT_FP8_BLOCK:
+        return dataclasses.replace(WGMMA_FP8, split=split, overlap=2, stages=3 if split == 2 else WGMMA_FP8.stages)
+    return dataclasses.replace(WGMMA_FP8, split=split, overlap=1 if split == 2 else 0)
 
 
 def wgmma_fallback(cfg: GemmCfg) -> GemmCfg:
