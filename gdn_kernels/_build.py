@@ -547,7 +547,7 @@ def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
     it runs on ([34816, 5120] at 256 rows 352.2 against 376.0 us), block 1-3% on most cases with
     bit 1 alone (bit 0 too lost up to 2% there). Whole projections against e25038b
     (ab_fp8_5ebdb24_h100.md): per channel -3.3 to -6.4%, block -2.2 to -8.3% where it runs."""
-    return dataclasses.replace(WGMMA_FP8, overlap=3 if fmt == FMT_FP8_CHANNEL else 2)
+    return dataclasses.replace(WGMMA_FP8, overlap=1 if fmt == FMT_FP8_CHANNEL else 3)
 
 
 # fp8 at 64+ rows where the warpgroup kernel's tiles (128 weight rows x 64 tokens) fit one wave
