@@ -141,6 +141,14 @@ struct RowMajorOperands {
   }
 };
 
+// The 8 activation block scales of chunk c of one token (its scale row p_sx).
+__device__ __forceinline__ void chunk_act_scales(const float* p_sx, int c, float (&sa)[8]) {
+  const float4* p = reinterpret_cast<const float4*>(p_sx + c * 8);
+  const float4 lo = gdn::ld_dep_f4(p), hi = gdn::ld_dep_f4(p + 1);
+  sa[0] = lo.x, sa[1] = lo.y, sa[2] = lo.z, sa[3] = lo.w;
+  sa[4] = hi.x, sa[5] = hi.y, sa[6] = hi.z, sa[7] = hi.w;
+}
+
 // A round of the row-major kernels: a warp's kUnroll chunks c0, c0 + kWarps, ... (those below
 // chunks): thread (g, t)'s 16 code bytes and 8 block scales of rows g and g+8, and each tile's
 // 32 activation bytes (written by the quantizer: coherent loads after the wait).
@@ -167,14 +175,32 @@ struct RowMajorRound {
       }
     }
   }
+
+  // Token tile j of slot u (chunk c): its 8 B words, one a block, and the block scales of tokens
+  // 2t and 2t+1.
+  __device__ __forceinline__ void tile(const RowMajorOperands<kTiles>& p, int u, int j, int c, uint32_t (&xw)[8],
+                                       float (&sa0)[8], float (&sa1)[8]) const {
+    const uint4 lo = x[u][j][0], hi = x[u][j][1];
+    xw[0] = lo.x, xw[1] = lo.y, xw[2] = lo.z, xw[3] = lo.w;
+    xw[4] = hi.x, xw[5] = hi.y, xw[6] = hi.z, xw[7] = hi.w;
+    chunk_act_scales(p.sx[j][0], c, sa0);
+    chunk_act_scales(p.sx[j][1], c, sa1);
+  }
 };
 
-// The 8 activation block scales of chunk c of one token (its scale row p_sx).
-__device__ __forceinline__ void chunk_act_scales(const float* p_sx, int c, float (&sa)[8]) {
-  const float4* p = reinterpret_cast<const float4*>(p_sx + c * 8);
-  const float4 lo = gdn::ld_dep_f4(p), hi = gdn::ld_dep_f4(p + 1);
-  sa[0] = lo.x, sa[1] = lo.y, sa[2] = lo.z, sa[3] = lo.w;
-  sa[4] = hi.x, sa[5] = hi.y, sa[6] = hi.z, sa[7] = hi.w;
+// The row-major kernels' walk over K: a warp's chunks warp, warp + kWarps, ... in rounds of
+// kUnroll, each round loaded whole before chunk(round, u, c) consumes its chunks in K order.
+template <int kWarps, int kTiles, int kUnroll, typename Chunk>
+__device__ __forceinline__ void row_major_walk(const RowMajorOperands<kTiles>& p, int chunks, Chunk&& chunk) {
+  for (int c0 = threadIdx.x >> 5; c0 < chunks; c0 += kWarps * kUnroll) {
+    RowMajorRound<kWarps, kTiles, kUnroll> round;
+    round.load(p, c0, chunks);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      if (c < chunks) chunk(round, u, c);
+    }
+  }
 }
 
 // The row-major kernels' end: the warps' sums of every (row, token) added in warp order (with
@@ -212,9 +238,7 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
   GDN_TRACE_CTA(3);
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t = lane & 3;
-  const int chunks = K >> 7;
+  const int t = threadIdx.x & 3;
   const RowMajorOperands<kTiles> p(w, sw, xd, sx, N, K, rows);
   const bool tq = t & 2, tp = t & 1;
   const uint32_t sel_keep = quad_selector(tq, tp), sel_send = quad_selector(tq, !tp);
@@ -229,49 +253,39 @@ fp4_mx_gemm_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ sw
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    RowMajorRound<kWarps, kTiles, kUnroll> b;
-    b.load(p, c0, chunks);
+  row_major_walk<kWarps, kTiles, kUnroll>(p, K >> 7, [&](const auto& round, int u, int c) {
+    uint32_t v0[4], v1[4];
+    quad_transpose(round.w[u][0], v0, tq, tp, sel_keep, sel_send);
+    quad_transpose(round.w[u][1], v1, tq, tp, sel_keep, sel_send);
+    const uint32_t sw0[2] = {round.sw[u][0].x, round.sw[u][0].y}, sw1[2] = {round.sw[u][1].x, round.sw[u][1].y};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        uint32_t v0[4], v1[4];
-        quad_transpose(b.w[u][0], v0, tq, tp, sel_keep, sel_send);
-        quad_transpose(b.w[u][1], v1, tq, tp, sel_keep, sel_send);
-        const uint32_t sw0[2] = {b.sw[u][0].x, b.sw[u][0].y}, sw1[2] = {b.sw[u][1].x, b.sw[u][1].y};
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t xw[8];
+      float sa0[8], sa1[8];
+      round.tile(p, u, j, c, xw, sa0, sa1);
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          const uint32_t xw[8] = {b.x[u][j][0].x, b.x[u][j][0].y, b.x[u][j][0].z, b.x[u][j][0].w,
-                                  b.x[u][j][1].x, b.x[u][j][1].y, b.x[u][j][1].z, b.x[u][j][1].w};
-          float sa0[8], sa1[8];
-          chunk_act_scales(p.sx[j][0], c, sa0);
-          chunk_act_scales(p.sx[j][1], c, sa1);
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            // A operands of block b: a0 row g, a1 row g+8 (see quad_transpose for the halves).
-            const int sh = 16 * (b >> 2);
-            const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b & 3] >> sh) & 0xffffu);
-            const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b & 3] >> sh) & 0xffffu);
-            // Weight block scales of rows g and g+8 as T = sw * 2^-120, and -M * T (exact).
-            const float t0 = e4m3_bits(sw0[b >> 2], b & 3), t1 = e4m3_bits(sw1[b >> 2], b & 3);
-            const float n0 = gdn::mul_rn(t0, kNegMagic), n1 = gdn::mul_rn(t1, kNegMagic);
-            float x[4];
-            mma_s8_16816(x, a0, a1, xw[b]);
-            // d0, d1: row g, tokens 2t, 2t+1; d2, d3: row g+8. Each term: isum * sw * 2^-24, exact.
-            const float y0 = gdn::fma_rn(x[0], t0, n0);
-            const float y1 = gdn::fma_rn(x[1], t0, n0);
-            const float y2 = gdn::fma_rn(x[2], t1, n1);
-            const float y3 = gdn::fma_rn(x[3], t1, n1);
-            acc[j][0] = gdn::fma_rn(y0, sa0[b], acc[j][0]);
-            acc[j][1] = gdn::fma_rn(y1, sa1[b], acc[j][1]);
-            acc[j][2] = gdn::fma_rn(y2, sa0[b], acc[j][2]);
-            acc[j][3] = gdn::fma_rn(y3, sa1[b], acc[j][3]);
-          }
-        }
+      for (int b = 0; b < 8; ++b) {
+        // A operands of block b: a0 row g, a1 row g+8 (see quad_transpose for the halves).
+        const int sh = 16 * (b >> 2);
+        const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b & 3] >> sh) & 0xffffu);
+        const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b & 3] >> sh) & 0xffffu);
+        // Weight block scales of rows g and g+8 as T = sw * 2^-120, and -M * T (exact).
+        const float t0 = e4m3_bits(sw0[b >> 2], b & 3), t1 = e4m3_bits(sw1[b >> 2], b & 3);
+        const float n0 = gdn::mul_rn(t0, kNegMagic), n1 = gdn::mul_rn(t1, kNegMagic);
+        float x[4];
+        mma_s8_16816(x, a0, a1, xw[b]);
+        // d0, d1: row g, tokens 2t, 2t+1; d2, d3: row g+8. Each term: isum * sw * 2^-24, exact.
+        const float y0 = gdn::fma_rn(x[0], t0, n0);
+        const float y1 = gdn::fma_rn(x[1], t0, n0);
+        const float y2 = gdn::fma_rn(x[2], t1, n1);
+        const float y3 = gdn::fma_rn(x[3], t1, n1);
+        acc[j][0] = gdn::fma_rn(y0, sa0[b], acc[j][0]);
+        acc[j][1] = gdn::fma_rn(y1, sa1[b], acc[j][1]);
+        acc[j][2] = gdn::fma_rn(y2, sa0[b], acc[j][2]);
+        acc[j][3] = gdn::fma_rn(y3, sa1[b], acc[j][3]);
       }
     }
-  }
+  });
 
   row_major_store<kWarps, kTiles, true>(p, acc, scale2, gs, out, ldc, N, rows);
 }
@@ -342,9 +356,7 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
   GDN_TRACE_CTA(3);
   // As w8a8_gemm_kernel: the next kernel of the stream may start launching.
   gdn::pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int t = lane & 3;
-  const int chunks = K >> 7;
+  const int t = threadIdx.x & 3;
   const RowMajorOperands<kTiles> p(w, sw, xd, sx, N, K, rows);
 
   // Programmatic dependent launch: see w8a8_gemm.cu.
@@ -356,52 +368,42 @@ fp4_mx_gemm_int_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict_
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
 
-  for (int c0 = warp; c0 < chunks; c0 += kWarps * kUnroll) {
-    RowMajorRound<kWarps, kTiles, kUnroll> b;
-    b.load(p, c0, chunks);
+  row_major_walk<kWarps, kTiles, kUnroll>(p, K >> 7, [&](const auto& round, int u, int c) {
+    uint32_t v0[4], v1[4];
+    quad_transpose_pairs(round.w[u][0], v0, t);
+    quad_transpose_pairs(round.w[u][1], v1, t);
+    // Weight block scales of rows g and g+8 for the chunk's 8 blocks.
+    float s0[8], s1[8];
+    const uint32_t sw0[2] = {round.sw[u][0].x, round.sw[u][0].y}, sw1[2] = {round.sw[u][1].x, round.sw[u][1].y};
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kWarps;
-      if (c < chunks) {
-        uint32_t v0[4], v1[4];
-        quad_transpose_pairs(b.w[u][0], v0, t);
-        quad_transpose_pairs(b.w[u][1], v1, t);
-        // Weight block scales of rows g and g+8 for the chunk's 8 blocks.
-        float s0[8], s1[8];
-        const uint32_t sw0[2] = {b.sw[u][0].x, b.sw[u][0].y}, sw1[2] = {b.sw[u][1].x, b.sw[u][1].y};
+    for (int h = 0; h < 4; ++h) {
+      const float2 a = gdn::e4m3x2_to_float2(sw0[h >> 1] >> (16 * (h & 1)));
+      const float2 b = gdn::e4m3x2_to_float2(sw1[h >> 1] >> (16 * (h & 1)));
+      s0[2 * h] = a.x;
+      s0[2 * h + 1] = a.y;
+      s1[2 * h] = b.x;
+      s1[2 * h + 1] = b.y;
+    }
 #pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          const float2 a = gdn::e4m3x2_to_float2(sw0[h >> 1] >> (16 * (h & 1)));
-          const float2 b = gdn::e4m3x2_to_float2(sw1[h >> 1] >> (16 * (h & 1)));
-          s0[2 * h] = a.x;
-          s0[2 * h + 1] = a.y;
-          s1[2 * h] = b.x;
-          s1[2 * h + 1] = b.y;
-        }
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t xw[8];
+      float sa0[8], sa1[8];
+      round.tile(p, u, j, c, xw, sa0, sa1);
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          const uint32_t xw[8] = {b.x[u][j][0].x, b.x[u][j][0].y, b.x[u][j][0].z, b.x[u][j][0].w,
-                                  b.x[u][j][1].x, b.x[u][j][1].y, b.x[u][j][1].z, b.x[u][j][1].w};
-          float sa0[8], sa1[8];
-          chunk_act_scales(p.sx[j][0], c, sa0);
-          chunk_act_scales(p.sx[j][1], c, sa1);
-#pragma unroll
-          for (int b = 0; b < 8; ++b) {
-            const int sh = 16 * (b & 1);
-            const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b >> 1] >> sh) & 0xffffu);
-            const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b >> 1] >> sh) & 0xffffu);
-            int d[4] = {0, 0, 0, 0};
-            mma_s8_16816_int(d, a0, a1, xw[b]);
-            // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g+8.
-            acc[j][0] = gdn::fma_rn(__int2float_rn(d[0]), gdn::mul_rn(sa0[b], s0[b]), acc[j][0]);
-            acc[j][1] = gdn::fma_rn(__int2float_rn(d[1]), gdn::mul_rn(sa1[b], s0[b]), acc[j][1]);
-            acc[j][2] = gdn::fma_rn(__int2float_rn(d[2]), gdn::mul_rn(sa0[b], s1[b]), acc[j][2]);
-            acc[j][3] = gdn::fma_rn(__int2float_rn(d[3]), gdn::mul_rn(sa1[b], s1[b]), acc[j][3]);
-          }
-        }
+      for (int b = 0; b < 8; ++b) {
+        const int sh = 16 * (b & 1);
+        const uint32_t a0 = gdn::e2m1x4_to_s8x4((v0[b >> 1] >> sh) & 0xffffu);
+        const uint32_t a1 = gdn::e2m1x4_to_s8x4((v1[b >> 1] >> sh) & 0xffffu);
+        int d[4] = {0, 0, 0, 0};
+        mma_s8_16816_int(d, a0, a1, xw[b]);
+        // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g+8.
+        acc[j][0] = gdn::fma_rn(__int2float_rn(d[0]), gdn::mul_rn(sa0[b], s0[b]), acc[j][0]);
+        acc[j][1] = gdn::fma_rn(__int2float_rn(d[1]), gdn::mul_rn(sa1[b], s0[b]), acc[j][1]);
+        acc[j][2] = gdn::fma_rn(__int2float_rn(d[2]), gdn::mul_rn(sa0[b], s1[b]), acc[j][2]);
+        acc[j][3] = gdn::fma_rn(__int2float_rn(d[3]), gdn::mul_rn(sa1[b], s1[b]), acc[j][3]);
       }
     }
-  }
+  });
 
   row_major_store<kWarps, kTiles, false>(p, acc, scale2, gs, out, ldc, N, rows);
 }
