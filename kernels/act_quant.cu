@@ -143,6 +143,23 @@ __device__ __forceinline__ void quant_row_split(const T* __restrict__ x, uint8_t
   }
 }
 
+// The end of one (token, 128) group's e4m3 quantization, one warp a group, 4 values v[0..3] a
+// lane whose |v| bits the lane's amax holds: the warp's amax, s = amax / 448 (lane 0 stores it at
+// s[s_at]), and the lane's 4 bytes e4m3_rn(v / s) at q[q_at] (zeros for an all-zero group).
+template <int kN>
+__device__ __forceinline__ void fp8_group_store(const float (&v)[kN], uint32_t amax, float* s, long long s_at,
+                                                uint8_t* q, long long q_at, int lane) {
+  amax = gdn::warp_max_bits(amax);
+  const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
+  if (lane == 0) s[s_at] = scale;
+  uint32_t packed = 0u;
+  if (__float_as_uint(scale) != 0u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(v[i], scale)) << (i * 8);
+  }
+  *reinterpret_cast<uint32_t*>(q + q_at) = packed;
+}
+
 }  // namespace
 
 // Row quantizers run as clusters of this many CTAs a token row.
@@ -211,15 +228,7 @@ act_quant_fp8_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q,
   uint32_t amax = 0u;
 #pragma unroll
   for (int i = 0; i < 4; ++i) amax = max(amax, gdn::abs_bits(f[i]));
-  amax = gdn::warp_max_bits(amax);
-  const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
-  if (lane == 0) s[row * groups + grp] = scale;
-  uint32_t packed = 0u;
-  if (__float_as_uint(scale) != 0u) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(f[i], scale)) << (i * 8);
-  }
-  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
+  fp8_group_store(f, amax, s, row * groups + grp, q, row * (long long)K + grp * 128 + lane * 4, lane);
 }
 
 // ---- SiLU-and-multiply fused into the quantization of a dense FFN's down-projection input ----
@@ -336,13 +345,5 @@ act_quant_silu_mul_fp8_group_kernel(const T* __restrict__ gu, uint8_t* __restric
     h[i] = silu_mul(g[i], u[i]);
     amax = max(amax, gdn::abs_bits(h[i]));
   }
-  amax = gdn::warp_max_bits(amax);
-  const float scale = gdn::div_rn(__uint_as_float(amax), 448.f);
-  if (lane == 0) s[row * groups + grp] = scale;
-  uint32_t packed = 0u;
-  if (__float_as_uint(scale) != 0u) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed |= (uint32_t)gdn::e4m3_rn(gdn::div_rn(h[i], scale)) << (i * 8);
-  }
-  *reinterpret_cast<uint32_t*>(q + row * (long long)K + grp * 128 + lane * 4) = packed;
+  fp8_group_store(h, amax, s, row * groups + grp, q, row * (long long)K + grp * 128 + lane * 4, lane);
 }
