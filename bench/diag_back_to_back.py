@@ -42,7 +42,7 @@ def main() -> int:
                 _build.PDL_ENABLED = pdl
                 _build.wgmma_config = wgmma if wg else (lambda *a: None)
                 _build.WGMMA_FP8 = wgmma_fp8 if wg else _build.GemmCfg(stages=4)  # the tiled kernel
-                _build.wgmma_fp8_unsplit = fp8_unsplit if wg else (lambda fmt: _build.WGMMA_FP8)
+                _build.wgmma_fp8_unsplit = fp8_unsplit if wg else (lambda fmt, packed: _build.WGMMA_FP8)
                 ctx._gemm_by_shape.clear()
                 for seed in range(args.seeds):
                     rng = np.random.default_rng(43 + seed)

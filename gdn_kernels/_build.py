@@ -354,9 +354,9 @@ def gemm_config(fmt: int, rows: int, n: int, k: int, packed: bool = False) -> Ge
     tiled_ctas = wide_tiles(rows, n)
     if fmt == FMT_INT8:
         return GemmCfg(stages=3) if rows >= 64 and tiled_ctas >= 96 else GemmCfg(2, 2, 0, 1)
-    if wide := fp8_wgmma_schedule(fmt, rows, n, k):
+    if wide := fp8_wgmma_schedule(fmt, rows, n, k, False):
         return wide
-    return wgmma_fp8_unsplit(fmt) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
+    return wgmma_fp8_unsplit(fmt, False) if rows >= 64 and tiled_ctas >= 80 else GemmCfg(1, 2, 0, 1)
 
 
 def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
@@ -448,12 +448,13 @@ def _tile_major_config(fmt: int, rows: int, n: int, k: int) -> GemmCfg:
     if fmt == FMT_INT8:
         tiled = rows >= 64 and wide_tiles(rows, n) >= 96 and k < 8192
         return GemmCfg(stages=3) if tiled else GemmCfg(2, 2, 0, 1)
-    if wide := fp8_wgmma_schedule(fmt, rows, n, k):
+    if wide := fp8_wgmma_schedule(fmt, rows, n, k, True):
         return wide
     # As for row-major weights (80+ tiles), at K < 8192 (w8a8_fp8_rows64_256_d1fcad6_h200.md: the
     # decode kernel 10% slower on [5120, 6144] at 128 and 256 rows than the warpgroup kernel of
     # w8a8_fp8_rows64_256_51f803f_h200.md).
-    return wgmma_fp8_unsplit(fmt) if rows >= 64 and wide_tiles(rows, n) >= 80 and k < 8192 else GemmCfg(1, 2, 0, 1)
+    unsplit = rows >= 64 and wide_tiles(rows, n) >= 80 and k < 8192
+    return wgmma_fp8_unsplit(fmt, True) if unsplit else GemmCfg(1, 2, 0, 1)
 
 
 # The cp.async form's stages by token tile and weight layout (shared memory: 128 + wg rows of 128
@@ -539,15 +540,18 @@ def wgmma_config(rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
 WGMMA_FP8 = GemmCfg(stages=4, wg=64, tma=2, f16=2)
 
 
-def wgmma_fp8_unsplit(fmt: int) -> GemmCfg:
+def wgmma_fp8_unsplit(fmt: int, packed: bool) -> GemmCfg:
     """The fp8 warpgroup kernel's unsplit schedule: each chunk finished under the next one's first
-    MMAs (overlap bit 1), per channel with the next chunk's tokens converted under this one's
-    MMAs too (bit 0). GEMM alone on tile-major weights at 64-256 rows
-    (sweep_fp8_dfr_d7b555e_h100.md): per channel 1.3-6.4% faster than WGMMA_FP8 on every shape
-    it runs on ([34816, 5120] at 256 rows 352.2 against 376.0 us), block 1-3% on most cases with
-    bit 1 alone (bit 0 too lost up to 2% there). Whole projections against e25038b
-    (ab_fp8_5ebdb24_h100.md): per channel -3.3 to -6.4%, block -2.2 to -8.3% where it runs."""
-    return dataclasses.replace(WGMMA_FP8, overlap=1 if fmt == FMT_FP8_CHANNEL else 3)
+    MMAs (overlap bit 1) and the next chunk's tokens converted under this one's MMAs (bit 0), but
+    per channel on tile-major (``packed``) weights bit 0 alone. GEMM alone on tile-major weights,
+    H200 (sweep_fp8_k2_6be7222_h200.md): per channel bit 0 alone 1.3-4.0% faster than both bits,
+    block both bits 2.7-4.4% faster than bit 1 alone. Whole projections against 552bb45 (per
+    channel both bits and block bit 1 alone on both layouts), H100 (ab_ovl_1c674d0_h100.md): block
+    -3.0 to -6.2% on either layout; per channel -2.0 to -3.4% on tile-major weights, but +1.1 to
+    +3.2% on row-major ones, which therefore keep both bits."""
+    if fmt == FMT_FP8_CHANNEL and packed:
+        return dataclasses.replace(WGMMA_FP8, overlap=1)
+    return dataclasses.replace(WGMMA_FP8, overlap=3)
 
 
 # fp8 at 64+ rows where the warpgroup kernel's tiles (128 weight rows x 64 tokens) fit one wave
@@ -579,17 +583,18 @@ FP8_FULL_WAVE = 96
 FP8_SPLIT4_MAX_TILES = 160
 
 
-def fp8_wgmma_schedule(fmt: int, rows: int, n: int, k: int) -> GemmCfg | None:
+def fp8_wgmma_schedule(fmt: int, rows: int, n: int, k: int, packed: bool) -> GemmCfg | None:
     """The fp8 warpgroup schedule where the tile count decides it: clusters of 2 or 4 CTAs a tile
-    (K split over the cluster) or unsplit (its tiles one full wave); None where the layout's own
-    rule decides between the unsplit kernel and the decode kernel."""
+    (K split over the cluster) or unsplit (its tiles one full wave; its overlap by layout,
+    ``packed`` for tile-major weights); None where the layout's own rule decides between the
+    unsplit kernel and the decode kernel."""
     tiles = wide_tiles(rows, n)
     if rows < 64:
         return None
     if 2 * tiles <= WGMMA_SPLIT_CTAS[2] and (n >= FP8_SPLIT_MIN_N or 2 * tiles >= FP8_FULL_WAVE):
         split = 2
     elif FP8_FULL_WAVE <= tiles <= WGMMA_SPLIT_CTAS[2]:
-        return wgmma_fp8_unsplit(fmt)
+        return wgmma_fp8_unsplit(fmt, packed)
     elif WGMMA_SPLIT_CTAS[2] < tiles <= FP8_SPLIT4_MAX_TILES:
         split = 2
     elif k >= 8192 and tiles <= FP8_SPLIT4_MAX_TILES:
