@@ -577,7 +577,10 @@ def wgmma_fp8_unsplit(fmt: int, packed: bool) -> GemmCfg:
 # 215.5 in clusters of 4, [5120, 6144] 84.9 against 92.2 unsplit), and block fp8's clusters of 4
 # with each chunk finished under the next ([5120, 17408] at 256 rows: 246.4 against 276.8); as whole
 # projections (H100, ab_wide_f3fcf46_h100.md) per channel -7.4% / -5.6% at 256 rows on [5120, 6144] /
-# [5120, 17408], block -12.7% / -11.2% at 128 / 256 rows on [5120, 17408].
+# [5120, 17408], block -12.7% / -11.2% at 128 / 256 rows on [5120, 17408]. Block fp8 too in
+# clusters of 2 there since fbb0890 (wgmma_fp8_split's deferred finish; the H200 sweep of 6be7222
+# at 256 rows: [5120, 6144] 90.5 against 105.4 us unsplit, [5120, 17408] 227.0 against 242.2 in
+# clusters of 4; whole projections on an H100, ab_ovl_fbb0890_h100.md: -13.8% / -5.9% tile-major).
 FP8_SPLIT_MIN_N = 4096
 FP8_FULL_WAVE = 96
 FP8_SPLIT4_MAX_TILES = 160
@@ -612,7 +615,9 @@ def wgmma_fp8_split(fmt: int, split: int) -> GemmCfg:
     (sweep_fp8_k2_6be7222_h200.md): block in clusters of 2 12-15% faster than without the deferred
     finish ([5120, 6144] at 64 rows 31.4 against 36.8 us, [5120, 17408] 79.4 against 93.0,
     [2048, 4096] at 256 rows 23.4 against 26.5; 2.5-4% on an H100 in sweep_fp8_dfr_d7b555e_h100.md),
-    per channel 1.5-5% with bit 0 ([5120, 17408] at 64 rows 65.1 against 68.7)."""
+    per channel 1.5-5% with bit 0 ([5120, 17408] at 64 rows 65.1 against 68.7). Whole projections
+    against 552bb45, H100 (ab_ovl_fbb0890_h100.md): block -5.9 to -14.3% where it runs clusters
+    of 2, per channel -2.5 to -7.0%."""
     if fmt == FMT_FP8_BLOCK:
         return dataclasses.replace(WGMMA_FP8, split=split, overlap=2, stages=3 if split == 2 else WGMMA_FP8.stages)
     return dataclasses.replace(WGMMA_FP8, split=split, overlap=1 if split == 2 else 0)
