@@ -547,8 +547,8 @@ def wgmma_fp8_unsplit(fmt: int, packed: bool) -> GemmCfg:
     H200 (sweep_fp8_k2_6be7222_h200.md): per channel bit 0 alone 1.3-4.0% faster than both bits,
     block both bits 2.7-4.4% faster than bit 1 alone. Whole projections against 552bb45 (per
     channel both bits and block bit 1 alone on both layouts), H100 (ab_ovl_1c674d0_h100.md): block
-    -3.0 to -6.2% on either layout; per channel -2.0 to -3.4% on tile-major weights, but +1.1 to
-    +3.2% on row-major ones, which therefore keep both bits."""
+    -0.5 to -6.8% on either layout; per channel -0.7 to -3.8% on tile-major weights, but -0.3 to
+    +3.2% on row-major ones (slower in 14 of the 15 cases), which therefore keep both bits."""
     if fmt == FMT_FP8_CHANNEL and packed:
         return dataclasses.replace(WGMMA_FP8, overlap=1)
     return dataclasses.replace(WGMMA_FP8, overlap=3)
