@@ -578,9 +578,10 @@ def wgmma_fp8_unsplit(fmt: int, packed: bool) -> GemmCfg:
 # with each chunk finished under the next ([5120, 17408] at 256 rows: 246.4 against 276.8); as whole
 # projections (H100, ab_wide_f3fcf46_h100.md) per channel -7.4% / -5.6% at 256 rows on [5120, 6144] /
 # [5120, 17408], block -12.7% / -11.2% at 128 / 256 rows on [5120, 17408]. Block fp8 too in
-# clusters of 2 there since fbb0890 (wgmma_fp8_split's deferred finish; the H200 sweep of 6be7222
-# at 256 rows: [5120, 6144] 90.5 against 105.4 us unsplit, [5120, 17408] 227.0 against 242.2 in
-# clusters of 4; whole projections on an H100, ab_ovl_fbb0890_h100.md: -13.8% / -5.9% tile-major).
+# clusters of 2 there since d0d3613 (b10c3b6 restored; wgmma_fp8_split's deferred finish; the
+# H200 sweep of 6be7222 at 256 rows: [5120, 6144] 90.5 against 105.4 us unsplit, [5120, 17408]
+# 227.0 against 242.2 in clusters of 4; whole projections on an H100, ab_ovl_fbb0890_h100.md:
+# -13.8% / -5.9% tile-major).
 FP8_SPLIT_MIN_N = 4096
 FP8_FULL_WAVE = 96
 FP8_SPLIT4_MAX_TILES = 160

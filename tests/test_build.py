@@ -136,6 +136,20 @@ def test_every_chosen_gemm_schedule_is_compiled():
                 assert _build.gemm_instance(fmt, tiles, "bfloat16", "float32", cfg) in names
 
 
+def test_warpgroup_rows_cases_reach_every_fp8_warpgroup_schedule():
+    """The GPU test holding the fp8 warpgroup kernels to the decode kernel's bits
+    (test_w8a8_gpu.test_warpgroup_rows_match_decode_rows) runs, over its cases and both layouts,
+    every fp8 warpgroup schedule that is shipped: each split with its overlap and stages."""
+    from tests.test_w8a8_gpu import WARPGROUP_ROWS_CASES
+
+    for fmt, name in ((_build.FMT_FP8_CHANNEL, "fp8_channel"), (_build.FMT_FP8_BLOCK, "fp8_block")):
+        shipped = {c for t in _build.GEMM_TILES for c in _build.gemm_configs(fmt, t) if c.f16}
+        reached = {_build.gemm_config(fmt, rows, n, k, packed) for n, k, splits in WARPGROUP_ROWS_CASES
+                   for rows in splits.get(name, splits) for packed in (False, True)}
+        assert shipped, name
+        assert shipped <= reached, f"{name}: not run by the warpgroup-rows test: {shipped - reached}"
+
+
 def test_w8a8_schedules_fit_shared_memory_and_their_formats():
     """Every W8A8 schedule, shipped or swept, asks for at most the 227 KB of shared memory a Hopper
     CTA may have (the launch would fail on the GPU otherwise), and a one-warpgroup fp8 schedule

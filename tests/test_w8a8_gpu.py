@@ -319,19 +319,25 @@ def test_row_invariance_and_determinism(ctx, fmt, scale_dtype):
     check_output(hw, x, full, "bfloat16")
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("n,k,splits", [
+# [N, K] and the CTAs a tile (split) by row count, for every format or by format, of
+# test_warpgroup_rows_match_decode_rows; tests/test_build.py checks that they reach every fp8
+# warpgroup schedule gemm_configs ships.
+WARPGROUP_ROWS_CASES = (
     (12300, 1280, {64: 1, 100: 1, 256: 1}),
     (4200, 2176, {64: 2, 100: 2}),
     # fp8 at long K in clusters of 4 below one wave of tiles; beyond 128 rows unsplit where the
     # tiles fill one wave, past it up to 160 tiles in clusters of 2 at any K; the narrow weight in
-    # clusters of 2. Each fp8 split runs its own overlap (_build.wgmma_fp8_split), so these cases
-    # hold every shipped fp8 warpgroup schedule to the decode kernel's bits.
+    # clusters of 2. With both layouts these cases hold every shipped fp8 warpgroup schedule
+    # (split, overlap, stages) to the decode kernel's bits.
     (5000, 8192, {"int8": {192: 1, 256: 1}, "fp8_channel": {128: 4, 192: 1, 256: 2},
                   "fp8_block": {128: 4, 192: 1, 256: 2}}),
     (4300, 1280, {"int8": {256: 1}, "fp8_channel": {192: 1, 256: 2}, "fp8_block": {192: 1, 256: 2}}),
     (2000, 4096, {192: 2, 256: 2}),
-])
+)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("n,k,splits", WARPGROUP_ROWS_CASES)
 def test_warpgroup_rows_match_decode_rows(ctx, fmt, n, k, splits):
     """At 64-256 rows on a weight where the shipped schedule is a warpgroup-MMA kernel (checked;
     fp8's keeps the decode kernels' arithmetic on f16 MMAs), every row's bits equal the decode
