@@ -150,7 +150,9 @@ class GemmCfg:
     distributed shared memory; for fp8 (2 or 4) w8a8_wgmma_fp8_split_kernel, each CTA whole decode
     warps of chunks, their sums added in the decode kernel's order. ``ws`` 1 (int8, ``tma`` 2,
     unsplit): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
-    release barriers in place of the block barrier. No
+    release barriers in place of the block barrier; with ``mcx`` or ``mcy`` 2,
+    w8a8_wgmma_mc_kernel, that kernel in clusters of ``mcx`` token tiles x ``mcy`` weight tiles
+    whose copies of a shared operand are made once and multicast. No
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -169,6 +171,8 @@ class GemmCfg:
     overlap: int = 0
     split: int = 1
     ws: int = 0
+    mcx: int = 1
+    mcy: int = 1
 
     @property
     def threads(self) -> int:
@@ -205,7 +209,9 @@ class GemmCfg:
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
-            return (-(-rows // self.wg), -(-n // self.rows_tile), self.split)
+            # Whole clusters: a token or weight tile past the operand is all zeros, stores nothing.
+            x, y = -(-rows // self.wg), -(-n // self.rows_tile)
+            return (-(-x // self.mcx) * self.mcx, -(-y // self.mcy) * self.mcy, self.split)
         if self.stages:
             return (-(-rows // 64), -(-n // 128), 1)
         return (-(-rows // (8 * tiles)), -(-n // (16 * self.m)), 1)
@@ -232,6 +238,9 @@ class GemmCfg:
             if self.ws:
                 if self.tma != 2 or self.split != 1:
                     raise ValueError("the producer-warp warpgroup-MMA kernel takes both operands by tensor copies, unsplit")
+                if self.mcx > 1 or self.mcy > 1:
+                    return (f"w8a8_wgmma_mc_kernel<{self.stages}, {self.wg}, {self.packed}, {self.mcx}, {self.mcy}, "
+                            f"{out_t}, {scale_t}>")
                 return f"w8a8_wgmma_ws_kernel<{self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
             if self.split > 1:
                 if self.tma != 2:
@@ -646,7 +655,10 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2),
                # A producer warp issuing the copies, per-stage release barriers (no block barrier).
                GemmCfg(stages=8, wg=64, tma=2, ws=1), GemmCfg(stages=6, wg=128, tma=2, ws=1),
-               GemmCfg(stages=4, wg=256, tma=2, ws=1))
+               GemmCfg(stages=4, wg=256, tma=2, ws=1),
+               # Its clusters of 2-4 CTAs multicasting the shared operands' copies.
+               *(GemmCfg(stages=st, wg=wg, tma=2, ws=1, mcx=mx, mcy=my) for wg, st in ((64, 8), (128, 6), (256, 4))
+                 for mx, my in ((1, 2), (2, 1), (2, 2))))
 
 
 def gemm_configs(fmt: int, tiles: int) -> tuple[GemmCfg, ...]:

@@ -1031,31 +1031,68 @@ w8a8_wgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
 // stage, each warpgroup arriving once the MMAs that read it are done), so the warpgroups never wait
 // for each other at a block barrier and all kStages stages can be in flight. The same MMAs on the
 // same operands in the same order: the same bits. 288 threads.
-template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
-__global__ void __launch_bounds__(288, 1)
-w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
-                     const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                     const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                     OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+//
+// kMcX, kMcY (1 or 2): a cluster of kMcX x kMcY CTAs (grid x: token tiles, y: weight tiles) whose
+// CTAs of one weight tile share its chunks and those of one token tile share theirs: chunk c of a
+// weight tile is copied once, by the CTA of cluster x == c % kMcX, multicast into the shared memory
+// of every CTA of its row, and chunk c of a token tile by the CTA of cluster y == c % kMcY into its
+// column; so L2 serves each operand once a cluster instead of once a CTA. A stage is refilled once
+// every warpgroup of the cluster has released it (each arrives on every CTA's empty barrier), and
+// only chunks some CTA will refill are released, so that no arrival reaches a CTA that has ended.
+// The sums are the unclustered kernel's: the same bits.
+template <int kStages, int kBN, int kPacked, int kMcX, int kMcY, typename OutT, typename SwT>
+__device__ __forceinline__ void wgmma_ws_gemm(const gdn::TensorMap* wmap, const gdn::TensorMap* xmap,
+                                              const SwT* __restrict__ sw, const float* __restrict__ sx,
+                                              OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   static_assert(kStages >= 2 && (kBN == 64 || kBN == 128 || kBN == 256), "wgmma schedule");
+  static_assert((kMcX == 1 || kMcX == 2) && (kMcY == 1 || kMcY == 2), "multicast cluster");
+  constexpr int kCluster = kMcX * kMcY;
   gdn::pdl_launch_dependents();
   constexpr int kStageA = 128 * 128, kStageB = kBN * 128;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   const uint32_t smem_s = (raw + 1023) & ~1023u;
-  // After the stages: full[s] (a stage's copies have landed), then empty[s] (both warpgroups are
-  // done with it).
+  // After the stages: full[s] (a stage's copies have landed), then empty[s] (every warpgroup that
+  // reads the stage's copies is done with it).
   const uint32_t full = smem_s + kStages * (kStageA + kStageB), empty = full + 8 * kStages;
   const int n0 = blockIdx.y * 128, tok0 = blockIdx.x * kBN, chunks = K >> 7;
+  // Cluster coordinates (x fastest in the rank), and the ranks each of this CTA's copies reaches.
+  const int cx = kMcX > 1 ? (int)blockIdx.x % kMcX : 0, cy = kMcY > 1 ? (int)blockIdx.y % kMcY : 0;
+  const uint16_t row_mask = (uint16_t)(((1u << kMcX) - 1u) << (cy * kMcX));
+  uint16_t col_mask = 0;
+#pragma unroll
+  for (int y = 0; y < kMcY; ++y) col_mask |= (uint16_t)(1u << (cx + y * kMcX));
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       gdn::mbar_init(full + 8 * s, 1);
-      gdn::mbar_init(empty + 8 * s, 2);
+      gdn::mbar_init(empty + 8 * s, 2 * kCluster);
     }
     gdn::mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    gdn::cluster_sync();  // every CTA's barriers exist before any copy or arrival reaches them
+  } else {
+    __syncthreads();
+  }
+  auto weight = [&](uint32_t st, uint32_t bar, int c) {
+    if constexpr (kMcX == 1) {
+      tma_weight_chunk<kPacked>(st, wmap, bar, n0, c);
+    } else if (c % kMcX == cx) {
+      if constexpr (kPacked) {
+        gdn::tma_load_5d_mc(st, wmap, bar, 0, 0, 0, n0 >> 4, 2 * c, row_mask);
+      } else {
+        gdn::tma_load_2d_mc(st, wmap, bar, c * 128, n0, row_mask);
+      }
+    }
+  };
+  auto tokens = [&](uint32_t st, uint32_t bar, int c) {
+    if constexpr (kMcY == 1) {
+      gdn::tma_load_2d(st, xmap, bar, c * 128, tok0);
+    } else if (c % kMcY == cy) {
+      gdn::tma_load_2d_mc(st, xmap, bar, c * 128, tok0, col_mask);
+    }
+  };
   if (threadIdx.x >= 256) {
     // One lane copies: the first stages' weight before the quantizer wait, their tokens after it,
     // then each chunk into the stage the chunk kStages before it has left.
@@ -1063,18 +1100,21 @@ w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
       const int first = min(kStages, chunks);
       for (int c = 0; c < first; ++c) {
         gdn::mbar_arrive_expect_tx(full + 8 * c, kStageA + kStageB);
-        tma_weight_chunk<kPacked>(smem_s + c * (kStageA + kStageB), &wmap, full + 8 * c, n0, c);
+        weight(smem_s + c * (kStageA + kStageB), full + 8 * c, c);
       }
       gdn::pdl_wait();
-      for (int c = 0; c < first; ++c)
-        gdn::tma_load_2d(smem_s + c * (kStageA + kStageB) + kStageA, &xmap, full + 8 * c, c * 128, tok0);
+      for (int c = 0; c < first; ++c) tokens(smem_s + c * (kStageA + kStageB) + kStageA, full + 8 * c, c);
       for (int c = kStages; c < chunks; ++c) {
         const int s = c % kStages;
         const uint32_t st = smem_s + s * (kStageA + kStageB);
-        gdn::mbar_wait(empty + 8 * s, (c / kStages - 1) & 1);
+        if constexpr (kCluster > 1) {
+          gdn::mbar_wait_cluster(empty + 8 * s, (c / kStages - 1) & 1);
+        } else {
+          gdn::mbar_wait(empty + 8 * s, (c / kStages - 1) & 1);
+        }
         gdn::mbar_arrive_expect_tx(full + 8 * s, kStageA + kStageB);
-        tma_weight_chunk<kPacked>(st, &wmap, full + 8 * s, n0, c);
-        gdn::tma_load_2d(st + kStageA, &xmap, full + 8 * s, c * 128, tok0);
+        weight(st, full + 8 * s, c);
+        tokens(st + kStageA, full + 8 * s, c);
       }
     }
     return;
@@ -1088,10 +1128,33 @@ w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_c
     wgmma_chunk<kBN, kPacked != 0>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
     wgmma_wait<1>();
     // This warpgroup's MMAs of chunk i - 1 are done: its stage may be refilled.
-    if (i > 0 && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
+    if constexpr (kCluster == 1) {
+      if (i > 0 && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
+    } else if (i > 0 && i - 1 + kStages < chunks && (threadIdx.x & 127) < kCluster) {
+      gdn::mbar_arrive_cluster(empty + 8 * ((i - 1) % kStages), threadIdx.x & 127);
+    }
   }
   wgmma_wait<0>();
   wgmma_epilogue<kBN, 1>(d, sw, sx, out, ldc, N, rows, n0, wg, tok0, 0);
+}
+
+template <int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(288, 1)
+w8a8_wgmma_ws_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                     const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                     const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                     OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_ws_gemm<kStages, kBN, kPacked, 1, 1>(&wmap, &xmap, sw, sx, out, ldc, N, K, rows);
+}
+
+// The producer-warp kernel in clusters of kMcX x kMcY CTAs sharing their operands' copies (above).
+template <int kStages, int kBN, int kPacked, int kMcX, int kMcY, typename OutT, typename SwT>
+__global__ void __launch_bounds__(288, 1) __cluster_dims__(kMcX, kMcY, 1)
+w8a8_wgmma_mc_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                     const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                     const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                     OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  wgmma_ws_gemm<kStages, kBN, kPacked, kMcX, kMcY>(&wmap, &xmap, sw, sx, out, ldc, N, K, rows);
 }
 
 // ---- Many rows, fp8: warpgroup MMAs in f16 that keep the decode kernels' bits ----
