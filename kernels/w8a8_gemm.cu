@@ -1107,11 +1107,7 @@ __device__ __forceinline__ void wgmma_ws_gemm(const gdn::TensorMap* wmap, const 
       for (int c = kStages; c < chunks; ++c) {
         const int s = c % kStages;
         const uint32_t st = smem_s + s * (kStageA + kStageB);
-        if constexpr (kCluster > 1) {
-          gdn::mbar_wait_cluster(empty + 8 * s, (c / kStages - 1) & 1);
-        } else {
-          gdn::mbar_wait(empty + 8 * s, (c / kStages - 1) & 1);
-        }
+        gdn::mbar_wait(empty + 8 * s, (c / kStages - 1) & 1);
         gdn::mbar_arrive_expect_tx(full + 8 * s, kStageA + kStageB);
         weight(st, full + 8 * s, c);
         tokens(st + kStageA, full + 8 * s, c);

@@ -247,26 +247,13 @@ __device__ __forceinline__ void tma_load_5d_mc(uint32_t dst, const TensorMap* ma
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "h"(mask)
       : "memory");
 }
-// Arrives once on the barrier at this CTA's shared address `bar` in the cluster's CTA `rank`, its
-// earlier shared-memory reads ordered before (release at cluster scope).
+// Arrives once on the barrier at this CTA's shared address `bar` in the cluster's CTA `rank`.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, int rank) {
   asm volatile(
       "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
       "r"(rank)
       : "memory");
-}
-// mbar_wait with acquire at cluster scope (the arrivals came from other CTAs of the cluster).
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
 }
 
 }  // namespace gdn
