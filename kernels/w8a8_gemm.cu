@@ -1123,7 +1123,9 @@ __device__ __forceinline__ void wgmma_ws_gemm(const gdn::TensorMap* wmap, const 
     gdn::mbar_wait(full + 8 * (i % kStages), (i / kStages) & 1);
     wgmma_chunk<kBN, kPacked != 0>(d, smem_s + (i % kStages) * (kStageA + kStageB), wg);
     wgmma_wait<1>();
-    // This warpgroup's MMAs of chunk i - 1 are done: its stage may be refilled.
+    // This warpgroup's MMAs of chunk i - 1 are done: its stage may be refilled. Their reads of the
+    // stage are complete at the wait, so the arrival needs no release fence (at cluster scope
+    // ptxas makes one a MEMBAR.ALL.GPU, and the waiting producer's acquire an L1 invalidation).
     if constexpr (kCluster == 1) {
       if (i > 0 && (threadIdx.x & 127) == 0) gdn::mbar_arrive(empty + 8 * ((i - 1) % kStages));
     } else if (i > 0 && i - 1 + kStages < chunks && (threadIdx.x & 127) < kCluster) {
