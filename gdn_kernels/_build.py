@@ -152,7 +152,10 @@ class GemmCfg:
     unsplit): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
     release barriers in place of the block barrier; with ``mcx`` or ``mcy`` 2,
     w8a8_wgmma_mc_kernel, that kernel in clusters of ``mcx`` token tiles x ``mcy`` weight tiles
-    whose copies of a shared operand are made once and multicast. No
+    whose copies of a shared operand are made once and multicast. ``qg`` 1 (fp8, ``wg`` 64 or
+    128, ``tma`` 2; sweep only): w8a8_qgmma_kernel, the fp8 formats on e4m3 warpgroup MMAs with a
+    producer warp, a prototype whose bits are not the formats' and which reads its tokens in MMA
+    order (:func:`mma_order_words`). Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
@@ -173,11 +176,14 @@ class GemmCfg:
     ws: int = 0
     mcx: int = 1
     mcy: int = 1
+    qg: int = 0
 
     @property
     def threads(self) -> int:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
+        if self.qg:
+            return 384  # two consumer warpgroups and a producer warpgroup (one thread issues the copies)
         return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * self.ws
 
     @property
@@ -195,11 +201,13 @@ class GemmCfg:
             # with tensor copies a barrier a stage; for fp8 the f16 token tiles and block-scale
             # slots below and, split over a cluster, slots for all but one of a CTA's decode
             # warps' sums (32 floats a thread each).
-            size = self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + self.ws) if self.tma else 0)
+            size = self.stages * (self.rows_tile + self.wg) * 128 + 1024 + (8 * self.stages * (1 + (self.ws or self.qg)) if self.tma else 0)
             if self.f16:
                 # The f16 token tiles (three where the chunk's last sum is deferred), then, 16-byte
                 # aligned, three slots of 64 block scales.
                 size += (3 if self.overlap & 2 else 2) * self.wg * 256 + -(8 * self.stages) % 16 + 3 * 64 * 4
+            if self.qg:
+                size += 4 * self.wg * 4  # two slots of block scales a consumer warpgroup
             if self.f16 and self.split > 1:
                 size += (GEMM_WARPS // self.split - 1) * 128 * self.threads
             return size
@@ -223,6 +231,10 @@ class GemmCfg:
         return ("128s128s" if self.tma else "") + "PPPPPqiii"
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
+        if self.qg:
+            if fmt == FMT_INT8 or self.wg not in (64, 128) or self.tma != 2 or self.split != 1 or self.f16 or self.ws:
+                raise ValueError("the e4m3 warpgroup kernel runs fp8, 64 or 128 tokens a CTA, by tensor copies, unsplit")
+            return f"w8a8_qgmma_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2 or self.split not in (1, 2, 4):
                 raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies, in clusters "
@@ -786,7 +798,21 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
                       # Per channel's overlaps in clusters of 2 (its shipped split schedule runs
                       # without them): the next chunk's tokens early, and both bits.
                       GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=1, split=2),
-                      GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=3, split=2)))
+                      GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=3, split=2))
+                   # The e4m3 warpgroup-MMA prototype (other bits; tokens in MMA order).
+                   + tuple(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))))
+
+
+def mma_order_words(k: int):
+    """The e4m3 warpgroup prototype's token order (w8a8_qgmma_kernel): for each of the K / 4 words
+    of a token row in that order, the word of the row-major row it holds (a numpy index array).
+    In each 64-byte half h of a 128-byte chunk, word 16 h + 8 u + 4 e + t holds row-major word
+    16 h + 4 t + 2 u + e."""
+    import numpy as np
+
+    c, h, u, e, t = np.meshgrid(np.arange(k // 128), np.arange(2), np.arange(2), np.arange(2), np.arange(4),
+                                indexing="ij")
+    return (32 * c + 16 * h + 4 * t + 2 * u + e).reshape(-1)
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:

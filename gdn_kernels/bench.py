@@ -370,6 +370,19 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     return launch if x_ptr is None else launch_proj
 
 
+def tokens_to_mma_order(ctx, rows: int, k: int) -> None:
+    """Put the quantized tokens of ``ctx``'s workspace ([rows, K] at row stride K) in the order
+    the e4m3 warpgroup prototype reads (``_build.mma_order_words``), in place; for the sweep and
+    the prototype's test (no shipped kernel reads that order)."""
+    import cupy
+
+    from gdn_kernels import _build
+
+    mem = cupy.cuda.UnownedMemory(ctx.workspace[0], rows * k, ctx)
+    words = cupy.ndarray((rows, k // 4), cupy.uint32, cupy.cuda.MemoryPointer(mem, 0))
+    words[...] = words[:, cupy.asarray(_build.mma_order_words(k))]
+
+
 def random_nvfp4_weight(n: int, k: int, seed: int):
     """A random device NVFP4 weight: all 16 codes, positive normal e4m3 block scales."""
     import cupy

@@ -1585,3 +1585,205 @@ w8a8_wgmma_fp8_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const _
                             OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   wgmma_fp8_gemm<kFmt, kStages, kPacked, kWG, kOverlap, kCluster>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
+
+// The fp8 formats on e4m3 warpgroup MMAs (QGMMA): a prototype for the sweep, whose bits are NOT
+// the fp8 formats' (bench/NOTES.md W8A8 v28). The e4m3 MMA keeps about 13 bits of each k32 step's
+// sum (bench/probe_fp8_wgmma.py), against the exact f16 products of the decode kernels, so a
+// chunk's partial differs from theirs; every other step is theirs: the chunk's four k32 MMAs take
+// the bytes the decode kernel's four mma.sync take (thread (g, t) holds the 16 bytes at 16 t of
+// each 64-byte half, bytes 0-7 feeding one MMA and 8-15 the next), each partial is promoted
+// every 128 values, and the chunks run in the decode kernel's warp order with its folds. The
+// probe found those MMAs' bits the same at 8 and 64 tokens and with A from shared memory or
+// registers, so decode kernels on the same MMAs could share them bit for bit (not written yet).
+//
+// The tokens must be stored in MMA order (xq: in each 64-byte half h of a chunk, 4-byte word
+// 16 h + 4 t + 2 u + e of the row-major bytes at word 16 h + 8 u + 4 e + t), so that the MMA's
+// K-major tile of k32 step 2 h + u holds at position p the token byte the weight fragment holds
+// there. A CTA: 128 weight rows (two consumer warpgroups of 64) x kBN tokens, a producer warp
+// issuing every tensor copy (the maps of w8a8_wgmma_ws_kernel), the chunks in the decode order.
+// Each consumer warp reads its weight rows' fragments from the stage into registers (the MMA's A
+// operand), issues the chunk's four MMAs into a zeroed partial, waits for them, releases the
+// stage and promotes the partial while the other warpgroup's MMAs run.
+namespace {
+template <int kN>
+struct Qgmma;
+template <>
+struct Qgmma<64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+template <>
+struct Qgmma<128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+}  // namespace
+
+template <int kFmt, int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(384, 1)
+w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                  const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kFmt != kInt8 && kStages >= 2 && (kBN == 64 || kBN == 128), "e4m3 warpgroup schedule");
+  gdn::pdl_launch_dependents();
+  constexpr int kStageA = 128 * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
+  constexpr int kAcc = kBN / 2;  // accumulators a thread
+  constexpr int kSplit = 8;      // the decode kernel's K split
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  const uint32_t smem_s = (raw + 1023) & ~1023u;
+  const uint8_t* const smem = smem_raw + (smem_s - raw);
+  const uint32_t full = smem_s + kStages * kStage, empty = full + 8 * kStages;
+  // Block scales: two slots of kBN floats a consumer warpgroup, after the barriers.
+  float* const xsc = reinterpret_cast<float*>(smem_raw + (smem_s - raw) + kStages * kStage + 16 * kStages);
+  const int n0 = blockIdx.y * 128, tok0 = blockIdx.x * kBN, chunks = K >> 7;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      gdn::mbar_init(full + 8 * s, 1);
+      gdn::mbar_init(empty + 8 * s, 2);
+    }
+    gdn::mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x >= 256) {
+    // The producer warpgroup gives its registers to the consumers (40 + 2 x 232 of 168 a thread each).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 256) {
+      const int first = min(kStages, chunks);
+      DecodeWalk at(0, chunks);
+      for (int i = 0; i < first; ++i, at.next()) {
+        gdn::mbar_arrive_expect_tx(full + 8 * i, kStage);
+        tma_weight_chunk<kPacked>(smem_s + i * kStage, &wmap, full + 8 * i, n0, at.chunk());
+      }
+      gdn::pdl_wait();
+      DecodeWalk bt(0, chunks);
+      for (int i = 0; i < first; ++i, bt.next())
+        gdn::tma_load_2d(smem_s + i * kStage + kStageA, &xmap, full + 8 * i, bt.chunk() * 128, tok0);
+      for (int i = kStages; i < chunks; ++i, at.next()) {
+        const int s = i % kStages;
+        const uint32_t st = smem_s + s * kStage;
+        gdn::mbar_wait(empty + 8 * s, (i / kStages - 1) & 1);
+        gdn::mbar_arrive_expect_tx(full + 8 * s, kStage);
+        tma_weight_chunk<kPacked>(st, &wmap, full + 8 * s, n0, at.chunk());
+        gdn::tma_load_2d(st + kStageA, &xmap, full + 8 * s, at.chunk() * 128, tok0);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  gdn::pdl_wait();  // the scales are the quantizer's
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int row = 64 * wg + 16 * warp + g;  // this thread's weight rows: row, row + 8 (of the CTA's)
+  // The 16 bytes at 16 t of half h of weight row r of a stage (the decode kernel's load).
+  auto lds_w = [&](const uint8_t* a, int r, int h) {
+    if constexpr (kPacked) {  // two blocks of 128 rows of 64 bytes, 64-byte swizzle
+      return *reinterpret_cast<const uint4*>(a + h * (kStageA / 2) + r * 64 + ((t ^ ((r >> 1) & 3)) << 4));
+    } else {
+      return *reinterpret_cast<const uint4*>(a + swz128(r, 4 * h + t));
+    }
+  };
+  float part[kAcc], acc[kAcc], sum[kAcc];
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) acc[e] = sum[e] = 0.f;
+  const int per = chunks / kSplit, extra = chunks % kSplit;
+  int v = 0, left = per + (0 < extra);
+  auto fold_warp = [&]() {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+      acc[e] = 0.f;
+    }
+  };
+  DecodeWalk at(0, chunks);
+  for (int i = 0; i < chunks; ++i, at.next()) {
+    const int s = i % kStages, c = at.chunk();
+    // Block scales of chunk c: thread x of the warpgroup loads token tok0 + x's (before the MMAs),
+    // times the weight block's, into slot i % 2 of its warpgroup after them.
+    float my_scale = 0.f;
+    if constexpr (kFmt == kFp8Block) {
+      if ((tid & 127) < kBN)
+        my_scale = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + (tid & 127), rows - 1) * chunks + c),
+                               to_float(sw[(long long)(n0 >> 7) * chunks + c]));
+    }
+    gdn::mbar_wait(full + 8 * s, (i / kStages) & 1);
+    const uint8_t* a = smem + s * kStage;
+    uint4 ra[2], rb[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ra[h] = lds_w(a, row, h);
+      rb[h] = lds_w(a, row + 8, h);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int h = q >> 1;
+      const uint32_t a8[4] = {(q & 1) ? ra[h].z : ra[h].x, (q & 1) ? rb[h].z : rb[h].x,
+                              (q & 1) ? ra[h].w : ra[h].y, (q & 1) ? rb[h].w : rb[h].y};
+      Qgmma<kBN>::mma(part, a8, wgmma_desc(smem_s + s * kStage + kStageA + 32 * q), q);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    if ((tid & 127) == 0) gdn::mbar_arrive(empty + 8 * s);
+    const float* xs = xsc + (2 * wg + (i & 1)) * kBN;
+    if constexpr (kFmt == kFp8Block) {
+      // Slot i % 2 was last read for chunk i - 2, before the barrier of chunk i - 1.
+      if ((tid & 127) < kBN) xsc[(2 * wg + (i & 1)) * kBN + (tid & 127)] = my_scale;
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+    }
+    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
+      fold_warp();
+      ++v;
+      left = per + (v < extra);
+    }
+    --left;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      float2 sc = make_float2(0.f, 0.f);
+      if constexpr (kFmt == kFp8Block) sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        if constexpr (kFmt == kFp8Block) {
+          acc[e] = gdn::fma_rn(part[e], (r & 1) ? sc.y : sc.x, acc[e]);
+        } else {
+          acc[e] = gdn::add_rn(acc[e], part[e]);
+        }
+      }
+    }
+  }
+  for (; v < kSplit; ++v) fold_warp();
+  // Epilogue: per-channel scales loaded first (clamped), then the stores.
+  float s_w[2] = {}, s_x[kBN / 8][2] = {};
+  if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + row + h * 8, N - 1)]);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
+  }
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int n = n0 + row + (r >> 1) * 8;
+      const int tok = tok0 + 8 * j + 2 * t + (r & 1);
+      if (n >= N || tok >= rows) continue;
+      float y = sum[4 * j + r];
+      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
+      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+    }
+}

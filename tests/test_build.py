@@ -92,7 +92,8 @@ def test_epilogue_scale_loads_come_before_the_stores():
     kinds = ("w8a8_wgmma_tma_kernel<8, 64, 1", "w8a8_wgmma_tma_kernel<6, 128, 1", "w8a8_wgmma_tma_kernel<4, 256, 1",
              "w8a8_wgmma_ws_kernel<4, 256, 1", "w8a8_wgmma_split_kernel<8, 64, 1, 2, 2",
              "w8a8_wgmma_split_kernel<6, 128, 1, 2, 4", "w8a8_wgmma_kernel<6, 128, 1", "w8a8_wgmma_fp8_kernel<1, 4, 1",
-             "w8a8_wgmma_fp8_split_kernel<1, 4, 1, 2, 0, 2", "w8a8_tiled_kernel<1, 4, 1", "w8a8_tiled_kernel<0, 3, 1")
+             "w8a8_wgmma_fp8_split_kernel<1, 4, 1, 2, 0, 2", "w8a8_tiled_kernel<1, 4, 1", "w8a8_tiled_kernel<0, 3, 1",
+             "w8a8_qgmma_kernel<1, 6, 128, 1")
     shipped = _build.FAMILIES["w8a8_gemm"].instances + _build.FAMILIES["w8a8_gemm_sweep"].instances
     names = [next(n for n in shipped if n.startswith(kind) and n.endswith("__nv_bfloat16, float>")) for kind in kinds]
     err, prog = nvrtc.nvrtcCreateProgram(_build.family_source("w8a8_gemm").encode(), b"w8a8_gemm.cu", 0, [], [])
@@ -168,7 +169,7 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
                 assert cfg.smem <= limit, cfg
                 if cfg.f16 == 1:
                     assert 2 * (cfg.smem + 1024) <= 228 * 1024, cfg
-                assert not cfg.wg or (fmt == _build.FMT_INT8) == (not cfg.f16), (fmt, cfg)
+                assert not cfg.wg or (fmt == _build.FMT_INT8) == (not cfg.f16 and not cfg.qg), (fmt, cfg)
     for fmt in (_build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK):
         with pytest.raises(ValueError):
             _build.GemmCfg(stages=6, wg=64).name(fmt, 4, "__nv_bfloat16", "float")

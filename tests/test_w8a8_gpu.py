@@ -568,7 +568,8 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
         tiles = _build.gemm_tiles(rows)
         code = _FMT[hw.w.format]
         cases = [(cfg, "w8a8_gemm_sweep", tiles) for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
-                 + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)]
+                 + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
+                 if not cfg.qg]  # the e4m3 prototype: other bits (its own test below)
         # The staging schedules also with the rows spread over more CTAs (fewer token tiles a CTA).
         cases += [(cfg, "w8a8_gemm_pre_sweep", t) for t in (1, 2) if t <= tiles for cfg in _build.pre_sweep_cfgs(t)]
         stream = cupy.cuda.Stream(non_blocking=True)
@@ -591,6 +592,55 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
             assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} t{t} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
             assert (got == want.view(np.uint16)).all(), f"{fmt} {cfg} t{t} rows {rows} differs from the shipped schedule"
+
+
+@pytest.mark.parametrize("fmt", ["fp8_channel", "fp8_block"])
+def test_e4m3_prototype_within_the_fp8_bound_and_row_invariant(ctx, fmt):
+    """The sweep's e4m3 warpgroup prototype (w8a8_qgmma_kernel, its tokens put in MMA order), every
+    schedule and layout: within the fp8 bound of the float64 reference, nothing written outside
+    its output, and a token's bits the same at every row count, token tile and weight layout (its
+    MMAs' sums do not depend on N: bench/probe_fp8_wgmma.py). N ragged, K's chunks uneven over the
+    decode order's 8 warps."""
+    import cupy
+
+    from gdn_kernels import _build
+    from gdn_kernels.bench import tokens_to_mma_order, w8a8_gemm_launcher
+    from gdn_kernels.w8a8 import _FMT
+
+    rng = np.random.default_rng(31)
+    n, k = 300, 1280
+    hw = HostWeight(rng, fmt, n, k)
+    packed = hw.w.tile_major()
+    code = _FMT[hw.w.format]
+    cfgs = [c for c in _build.wgmma_sweep_cfgs(code, 4) + _build.wgmma_sweep_cfgs(code, 4, True) if c.qg]
+    assert len(cfgs) == 8
+    # Only these instances compiled (the whole sweep family is one long NVRTC call).
+    family = _build.subset_family("w8a8_gemm_sweep", [
+        _build.gemm_instance(code, 4, "bfloat16", hw.w.scale_dtype, c) for c in cfgs])
+    x_all = random_activations(rng, 200, k, "bfloat16", outliers=True)
+    first = None
+    for rows in (40, 200):
+        x = x_all[:rows]
+        qx, sx, _, y64 = expected(hw, x, "bfloat16")
+        half_ulp = 2.0 ** -8
+        bound = fp8_bound(hw, qx, sx) * (1 + half_ulp) + half_ulp * np.abs(y64) + 1e-30
+        x_dev = cupy.asarray(x.view(np.uint16))
+        for cfg in cfgs:
+            ctx.quantize_activations(hw.w, x_dev.data.ptr, k, rows, 0)
+            tokens_to_mma_order(ctx, rows, k)
+            offset, ldc = 8, n + 3
+            size = rows * ldc + 2 * offset
+            out = poisoned(size)
+            w8a8_gemm_launcher(ctx, packed if cfg.packed else hw.w, rows, out.data.ptr + 2 * offset, ldc, 0, cfg,
+                               family)()
+            host = out.get()
+            assert (host[untouched_mask(size, offset, rows, n, ldc)] == POISON).all(), f"{cfg} wrote outside"
+            got = region(host, offset, rows, n, ldc).copy()
+            err = np.abs(got.view(NP_DTYPE["bfloat16"]).astype(np.float64) - y64)
+            assert (err <= bound).all(), f"{cfg} rows {rows}: max err/bound {np.max(err / bound):.3g}"
+            if first is None:
+                first = got[:40].copy()
+            assert (got[:40] == first).all(), f"{cfg} rows {rows}: other bits than the first schedule"
 
 
 def test_tile_major_layout_is_the_documented_permutation():
