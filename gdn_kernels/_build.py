@@ -183,7 +183,8 @@ class GemmCfg:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
         if self.qg:
-            return 384  # two consumer warpgroups and a producer warpgroup (one thread issues the copies)
+            # Two consumer warpgroups and a producer warpgroup (from 64 tokens) or warp.
+            return 384 if self.wg >= 64 else 288
         return 128 * self.f16 if self.f16 else 32 * GEMM_WARPS + 32 * self.ws
 
     @property
@@ -207,7 +208,9 @@ class GemmCfg:
                 # aligned, three slots of 64 block scales.
                 size += (3 if self.overlap & 2 else 2) * self.wg * 256 + -(8 * self.stages) % 16 + 3 * 64 * 4
             if self.qg:
-                size += 4 * self.wg * 4  # two slots of block scales a consumer warpgroup
+                # Two slots of block scales a consumer warpgroup; split, the slots of all but one of
+                # a CTA's decode warps' sums (wg / 2 floats a consumer thread each).
+                size += 4 * self.wg * 4 + (GEMM_WARPS // self.split - 1 if self.split > 1 else 0) * self.wg // 2 * 256 * 4
             if self.f16 and self.split > 1:
                 size += (GEMM_WARPS // self.split - 1) * 128 * self.threads
             return size
@@ -232,8 +235,13 @@ class GemmCfg:
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.qg:
-            if fmt == FMT_INT8 or self.wg not in (64, 128) or self.tma != 2 or self.split != 1 or self.f16 or self.ws:
-                raise ValueError("the e4m3 warpgroup kernel runs fp8, 64 or 128 tokens a CTA, by tensor copies, unsplit")
+            if (fmt == FMT_INT8 or self.wg not in (8, 16, 32, 64, 128) or self.tma != 2 or self.split not in (1, 2, 4, 8)
+                    or self.f16 or self.ws):
+                raise ValueError("the e4m3 warpgroup kernel runs fp8, 8-128 tokens a CTA, by tensor copies, in clusters "
+                                 "of 1, 2, 4 or 8")
+            if self.split > 1:
+                return (f"w8a8_qgmma_split_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {self.split}, {out_t}, "
+                        f"{scale_t}>")
             return f"w8a8_qgmma_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2 or self.split not in (1, 2, 4):
@@ -799,8 +807,18 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
                       # without them): the next chunk's tokens early, and both bits.
                       GemmCfg(stages=4, wg=64, tma=2, f16=2, overlap=1, split=2),
                       GemmCfg(stages=3, wg=64, tma=2, f16=2, overlap=3, split=2))
-                   # The e4m3 warpgroup-MMA prototype (other bits; tokens in MMA order).
-                   + tuple(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))))
+                   )
+
+# The e4m3 warpgroup-MMA prototype (other bits; tokens in MMA order) by 8-token tiles: a token tile
+# of 8, 16 or 32 rows in clusters of 4 or 8 CTAs a weight tile (the decode order's warps split
+# over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond.
+QGMMA_SWEEP = {
+    1: tuple(GemmCfg(stages=s, wg=8, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
+    2: tuple(GemmCfg(stages=s, wg=16, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
+    4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),
+        *(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))),
+        GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4), GemmCfg(stages=4, wg=128, tma=2, qg=1, split=4)),
+}
 
 
 def mma_order_words(k: int):
@@ -816,10 +834,11 @@ def mma_order_words(k: int):
 
 
 def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCfg, ...]:
-    """The sweep's warpgroup-MMA schedules for a format and tile count (at 4 tiles only)."""
-    if tiles != 4:
-        return ()
-    cfgs = WGMMA_SWEEP if fmt == FMT_INT8 else WGMMA_FP8_SWEEP
+    """The sweep's warpgroup-MMA schedules for a format and tile count: at 4 tiles, and the fp8
+    e4m3 prototype's at every tile count."""
+    cfgs = () if fmt == FMT_INT8 else QGMMA_SWEEP[tiles]
+    if tiles == 4:
+        cfgs = (WGMMA_SWEEP if fmt == FMT_INT8 else WGMMA_FP8_SWEEP) + cfgs
     return tuple(dataclasses.replace(c, packed=int(packed)) for c in cfgs)
 
 

@@ -1608,6 +1608,36 @@ namespace {
 template <int kN>
 struct Qgmma;
 template <>
+struct Qgmma<8> {
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+template <>
+struct Qgmma<16> {
+  static __device__ __forceinline__ void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+template <>
+struct Qgmma<32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+  }
+};
+template <>
 struct Qgmma<64> {
   static __device__ __forceinline__ void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
     asm volatile(
@@ -1629,25 +1659,44 @@ struct Qgmma<128> {
 };
 }  // namespace
 
-template <int kFmt, int kStages, int kBN, int kPacked, typename OutT, typename SwT>
-__global__ void __launch_bounds__(384, 1)
-w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
-                  const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
-                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
-                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kFmt != kInt8 && kStages >= 2 && (kBN == 64 || kBN == 128), "e4m3 warpgroup schedule");
+// kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages.  kBN: tokens a CTA (8-128).
+// kPacked: the weight's layout (as w8a8_wgmma_ws_kernel's maps).  kCluster: CTAs a tile (1, 2, 4
+// or 8; a cluster along z, blockIdx.z its rank), each taking 8 / kCluster of the decode order's 8
+// warps of chunks (as w8a8_wgmma_fp8_split_kernel: the later CTAs keep each warp's sums apart for
+// the exchange after the loop, so that the total is summed in the decode kernel's order). From 64
+// tokens a producer warpgroup (one thread issues the copies) gives its registers to the two
+// consumer warpgroups (setmaxnreg); below, a producer warp and two CTAs a multiprocessor.
+template <int kBN>
+constexpr int qgmma_threads() { return kBN >= 64 ? 384 : 288; }
+
+template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
+__device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const gdn::TensorMap& xmap,
+                                               const SwT* __restrict__ sw, const float* __restrict__ sx,
+                                               OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kFmt != kInt8 && kStages >= 2 && kBN >= 8 && kBN <= 128 && (kBN & (kBN - 1)) == 0,
+                "e4m3 warpgroup schedule");
+  static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4 || kCluster == 8, "whole decode warps a CTA");
   gdn::pdl_launch_dependents();
   constexpr int kStageA = 128 * 128, kStageB = kBN * 128, kStage = kStageA + kStageB;
   constexpr int kAcc = kBN / 2;  // accumulators a thread
   constexpr int kSplit = 8;      // the decode kernel's K split
+  constexpr int kSlots = kCluster > 1 ? kSplit / kCluster - 1 : 0;
+  constexpr bool kWide = kBN >= 64;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   const uint32_t smem_s = (raw + 1023) & ~1023u;
-  const uint8_t* const smem = smem_raw + (smem_s - raw);
+  uint8_t* const smem = smem_raw + (smem_s - raw);
   const uint32_t full = smem_s + kStages * kStage, empty = full + 8 * kStages;
-  // Block scales: two slots of kBN floats a consumer warpgroup, after the barriers.
-  float* const xsc = reinterpret_cast<float*>(smem_raw + (smem_s - raw) + kStages * kStage + 16 * kStages);
+  // After the barriers: two slots of kBN block scales a consumer warpgroup, then (in a cluster's
+  // later CTAs) the sums of all but the last of the CTA's decode warps, kAcc floats a thread each.
+  float* const xsc = reinterpret_cast<float*>(smem + kStages * kStage + 16 * kStages);
+  float* const slots = xsc + 4 * kBN;
   const int n0 = blockIdx.y * 128, tok0 = blockIdx.x * kBN, chunks = K >> 7;
+  const int per = chunks / kSplit, extra = chunks % kSplit;  // chunks of decode warp w: per + (w < extra)
+  const int rank = kCluster > 1 ? (int)blockIdx.z : 0;
+  const int v0 = kSplit * rank / kCluster, v1 = kSplit * (rank + 1) / kCluster;
+  const int i0 = kCluster > 1 ? v0 * per + min(v0, extra) : 0;  // this CTA's decode-order positions
+  const int mine = kCluster > 1 ? v1 * per + min(v1, extra) - i0 : chunks;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
@@ -1658,20 +1707,18 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
   }
   __syncthreads();
   if (threadIdx.x >= 256) {
-    // The producer warpgroup gives its registers to the consumers (40 + 2 x 232 of 168 a thread each).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if constexpr (kWide) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
     if (threadIdx.x == 256) {
-      const int first = min(kStages, chunks);
-      DecodeWalk at(0, chunks);
+      const int first = min(kStages, mine);
+      DecodeWalk at(i0, chunks), bt(i0, chunks);
       for (int i = 0; i < first; ++i, at.next()) {
         gdn::mbar_arrive_expect_tx(full + 8 * i, kStage);
         tma_weight_chunk<kPacked>(smem_s + i * kStage, &wmap, full + 8 * i, n0, at.chunk());
       }
       gdn::pdl_wait();
-      DecodeWalk bt(0, chunks);
       for (int i = 0; i < first; ++i, bt.next())
         gdn::tma_load_2d(smem_s + i * kStage + kStageA, &xmap, full + 8 * i, bt.chunk() * 128, tok0);
-      for (int i = kStages; i < chunks; ++i, at.next()) {
+      for (int i = kStages; i < mine; ++i, at.next()) {
         const int s = i % kStages;
         const uint32_t st = smem_s + s * kStage;
         gdn::mbar_wait(empty + 8 * s, (i / kStages - 1) & 1);
@@ -1680,9 +1727,11 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
         gdn::tma_load_2d(st + kStageA, &xmap, full + 8 * s, at.chunk() * 128, tok0);
       }
     }
+    if constexpr (kCluster > 1) gdn::cluster_sync();  // the exchange's two cluster barriers
+    if constexpr (kCluster > 1) gdn::cluster_sync();
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  if constexpr (kWide) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   gdn::pdl_wait();  // the scales are the quantizer's
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -1698,17 +1747,26 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
   float part[kAcc], acc[kAcc], sum[kAcc];
 #pragma unroll
   for (int e = 0; e < kAcc; ++e) acc[e] = sum[e] = 0.f;
-  const int per = chunks / kSplit, extra = chunks % kSplit;
-  int v = 0, left = per + (0 < extra);
+  int v = v0, left = per + (v0 < extra);  // the decode warp whose chunks are being summed
+  // Decode warp v's finished sums into the total, as the decode kernel's reduction adds them; in a
+  // cluster's later CTAs, into slot v - v0 for the exchange (the total starts in the first CTA).
   auto fold_warp = [&]() {
+    if (kCluster > 1 && rank > 0) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) {
+        slots[((v - v0) * kAcc + e) * 256 + tid] = acc[e];
+        acc[e] = 0.f;
+      }
+      return;
+    }
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
       sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
       acc[e] = 0.f;
     }
   };
-  DecodeWalk at(0, chunks);
-  for (int i = 0; i < chunks; ++i, at.next()) {
+  DecodeWalk at(i0, chunks);
+  for (int i = 0; i < mine; ++i, at.next()) {
     const int s = i % kStages, c = at.chunk();
     // Block scales of chunk c: thread x of the warpgroup loads token tok0 + x's (before the MMAs),
     // times the weight block's, into slot i % 2 of its warpgroup after them.
@@ -1764,8 +1822,46 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
       }
     }
   }
-  for (; v < kSplit; ++v) fold_warp();
-  // Epilogue: per-channel scales loaded first (clamped), then the stores.
+  if (kCluster == 1 || rank == 0) {
+    for (; v < v1; ++v) fold_warp();
+  } else {
+    for (; v < v1 - 1; ++v) fold_warp();  // acc: the last decode warp's sums
+  }
+
+  if constexpr (kCluster > 1) {
+    // The exchange (w8a8_wgmma_fp8_split_kernel's): each CTA publishes its running total (the
+    // first) or its last decode warp's sums in the stages, drained now; CTA `rank` then adds, for
+    // its token groups j (j % kCluster == rank), the first CTA's total and every later CTA's slots
+    // and last sums in decode-warp order. The second barrier keeps each CTA's shared memory until
+    // all have read it.
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");  // both consumer warpgroups are past their stages
+    float* fin = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) fin[e * 256 + tid] = rank == 0 ? sum[e] : acc[e];
+    gdn::cluster_sync();
+    const uint32_t slots_s = (uint32_t)__cvta_generic_to_shared(slots);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      if (j % kCluster != rank) continue;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        const uint32_t at_e = (uint32_t)(e * 256 + tid) * 4u;
+        float tot = __uint_as_float(gdn::ld_cluster(smem_s + at_e, 0));
+        for (int cr = 1; cr < kCluster; ++cr) {
+#pragma unroll
+          for (int q = 0; q < kSlots; ++q)
+            tot = gdn::add_rn(tot, __uint_as_float(gdn::ld_cluster(slots_s + (uint32_t)(q * kAcc * 256) * 4u + at_e, cr)));
+          tot = gdn::add_rn(tot, __uint_as_float(gdn::ld_cluster(smem_s + at_e, cr)));
+        }
+        sum[e] = tot;
+      }
+    }
+    gdn::cluster_sync();
+  }
+
+  // Epilogue: element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2; in a cluster,
+  // this CTA's token groups. Per-channel scales loaded first (clamped), then the stores.
   float s_w[2] = {}, s_x[kBN / 8][2] = {};
   if constexpr (kFmt == kFp8Channel) {
 #pragma unroll
@@ -1773,12 +1869,14 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-      for (int q = 0; q < 2; ++q) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
+      for (int q = 0; q < 2; ++q)
+        if (kCluster == 1 || j % kCluster == rank) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
   }
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
+      if (kCluster > 1 && j % kCluster != rank) continue;
       const int n = n0 + row + (r >> 1) * 8;
       const int tok = tok0 + 8 * j + 2 * t + (r & 1);
       if (n >= N || tok >= rows) continue;
@@ -1786,4 +1884,24 @@ w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_cons
       if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
       out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
     }
+}
+
+template <int kFmt, int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+__global__ void __launch_bounds__(qgmma_threads<kBN>(), kBN >= 64 ? 1 : 2)
+w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                  const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                  const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                  OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, 1>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
+}
+
+// w8a8_qgmma_kernel with the decode order's 8 warps of chunks split over a cluster of kCluster CTAs
+// a tile (grid z), for tiles too few to fill the GPU (at 1-32 tokens, all of them).
+template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
+__global__ void __launch_bounds__(qgmma_threads<kBN>(), kBN >= 64 ? 1 : 2) __cluster_dims__(1, 1, kCluster)
+w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
+                        const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                        const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                        OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }

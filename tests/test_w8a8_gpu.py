@@ -596,11 +596,11 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
 
 @pytest.mark.parametrize("fmt", ["fp8_channel", "fp8_block"])
 def test_e4m3_prototype_within_the_fp8_bound_and_row_invariant(ctx, fmt):
-    """The sweep's e4m3 warpgroup prototype (w8a8_qgmma_kernel, its tokens put in MMA order), every
-    schedule and layout: within the fp8 bound of the float64 reference, nothing written outside
-    its output, and a token's bits the same at every row count, token tile and weight layout (its
-    MMAs' sums do not depend on N: bench/probe_fp8_wgmma.py). N ragged, K's chunks uneven over the
-    decode order's 8 warps."""
+    """The sweep's e4m3 warpgroup prototype (w8a8_qgmma_kernel and its split form, the tokens put
+    in MMA order), every schedule and layout at 1-200 rows: within the fp8 bound of the float64
+    reference, nothing written outside its output, and a token's bits the same at every row count,
+    token tile, cluster split and weight layout (its MMAs' sums do not depend on N:
+    bench/probe_fp8_wgmma.py). N ragged, K's chunks uneven over the decode order's 8 warps."""
     import cupy
 
     from gdn_kernels import _build
@@ -612,14 +612,15 @@ def test_e4m3_prototype_within_the_fp8_bound_and_row_invariant(ctx, fmt):
     hw = HostWeight(rng, fmt, n, k)
     packed = hw.w.tile_major()
     code = _FMT[hw.w.format]
-    cfgs = [c for c in _build.wgmma_sweep_cfgs(code, 4) + _build.wgmma_sweep_cfgs(code, 4, True) if c.qg]
-    assert len(cfgs) == 8
-    # Only these instances compiled (the whole sweep family is one long NVRTC call).
-    family = _build.subset_family("w8a8_gemm_sweep", [
-        _build.gemm_instance(code, 4, "bfloat16", hw.w.scale_dtype, c) for c in cfgs])
     x_all = random_activations(rng, 200, k, "bfloat16", outliers=True)
     first = None
-    for rows in (40, 200):
+    for rows in (200, 40, 12, 5, 1):
+        tiles = _build.gemm_tiles(rows)
+        cfgs = [c for c in _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True) if c.qg]
+        assert len(cfgs) >= 8
+        # Only these instances compiled (the whole sweep family is one long NVRTC call).
+        family = _build.subset_family("w8a8_gemm_sweep", [
+            _build.gemm_instance(code, tiles, "bfloat16", hw.w.scale_dtype, c) for c in cfgs])
         x = x_all[:rows]
         qx, sx, _, y64 = expected(hw, x, "bfloat16")
         half_ulp = 2.0 ** -8
@@ -639,8 +640,8 @@ def test_e4m3_prototype_within_the_fp8_bound_and_row_invariant(ctx, fmt):
             err = np.abs(got.view(NP_DTYPE["bfloat16"]).astype(np.float64) - y64)
             assert (err <= bound).all(), f"{cfg} rows {rows}: max err/bound {np.max(err / bound):.3g}"
             if first is None:
-                first = got[:40].copy()
-            assert (got[:40] == first).all(), f"{cfg} rows {rows}: other bits than the first schedule"
+                first = got
+            assert (got == first[:rows]).all(), f"{cfg} rows {rows}: other bits than the first schedule at 200 rows"
 
 
 def test_tile_major_layout_is_the_documented_permutation():
