@@ -1197,6 +1197,39 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 
 }  // namespace
 
+// Epilogue of the fp8 warpgroup kernels (w8a8_gemm_kernel's): this thread's sums of kGroups token
+// groups, element 4 j + r weight row n0 + row + 8 (r / 2), token tok0 + 8 j + 2 t + r % 2, scaled (per
+// channel) and stored; in a cluster of kCluster CTAs, only the groups j % kCluster == rank.
+// Per-channel scales loaded first (clamped), as in the tiled kernel's epilogue.
+template <int kFmt, int kGroups, int kCluster, typename OutT, typename SwT>
+__device__ __forceinline__ void fp8_wgmma_epilogue(const float (&sum)[4 * kGroups], const SwT* __restrict__ sw,
+                                                   const float* __restrict__ sx, OutT* __restrict__ out,
+                                                   long long ldc, int N, int rows, int n0, int row, int tok0,
+                                                   int t, int rank) {
+  float s_w[2] = {}, s_x[kGroups][2] = {};
+  if constexpr (kFmt == kFp8Channel) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + row + h * 8, N - 1)]);
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        if (kCluster == 1 || j % kCluster == rank) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
+  }
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (kCluster > 1 && j % kCluster != rank) continue;
+      const int n = n0 + row + (r >> 1) * 8;
+      const int tok = tok0 + 8 * j + 2 * t + (r & 1);
+      if (n >= N || tok >= rows) continue;
+      float y = sum[4 * j + r];
+      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
+      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
+    }
+}
+
 // kFmt: kFp8Channel or kFp8Block.  kStages: shared-memory stages (chunks in flight: kStages - 1).
 // kPacked: the weight's layout (as w8a8_wgmma_tma_kernel's maps).  kWG: warpgroups a CTA; with one,
 // two CTAs share a multiprocessor, so that one's MMAs run while the other converts and adds.
@@ -1539,31 +1572,7 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     gdn::cluster_sync();
   }
 
-  // Epilogue (w8a8_gemm_kernel's): element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2;
-  // in a cluster, this CTA's token groups. Per-channel scales loaded first (clamped), as in the
-  // tiled kernel's epilogue.
-  float s_w[2] = {}, s_x[8][2] = {};
-  if constexpr (kFmt == kFp8Channel) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + row + h * 8, N - 1)]);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int q = 0; q < 2; ++q)
-        if (kCluster == 1 || j % kCluster == rank) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (kCluster > 1 && j % kCluster != rank) continue;
-      const int n = n0 + row + (r >> 1) * 8;
-      const int tok = tok0 + 8 * j + 2 * t + (r & 1);
-      if (n >= N || tok >= rows) continue;
-      float y = sum[4 * j + r];
-      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
-      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-    }
+  fp8_wgmma_epilogue<kFmt, 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, row, tok0, t, rank);
 }
 
 template <int kFmt, int kStages, int kPacked, int kWG, int kOverlap, typename OutT, typename SwT>
@@ -1860,30 +1869,7 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     gdn::cluster_sync();
   }
 
-  // Epilogue: element 4 j + r is weight row + 8 (r / 2), token 8 j + 2 t + r % 2; in a cluster,
-  // this CTA's token groups. Per-channel scales loaded first (clamped), then the stores.
-  float s_w[2] = {}, s_x[kBN / 8][2] = {};
-  if constexpr (kFmt == kFp8Channel) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) s_w[h] = to_float(sw[min(n0 + row + h * 8, N - 1)]);
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-      for (int q = 0; q < 2; ++q)
-        if (kCluster == 1 || j % kCluster == rank) s_x[j][q] = gdn::ld_dep(sx + min(tok0 + 8 * j + 2 * t + q, rows - 1));
-  }
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (kCluster > 1 && j % kCluster != rank) continue;
-      const int n = n0 + row + (r >> 1) * 8;
-      const int tok = tok0 + 8 * j + 2 * t + (r & 1);
-      if (n >= N || tok >= rows) continue;
-      float y = sum[4 * j + r];
-      if constexpr (kFmt == kFp8Channel) y = gdn::mul_rn(gdn::mul_rn(y, s_x[j][r & 1]), s_w[r >> 1]);
-      out[(long long)tok * ldc + n] = gdn::from_float<OutT>(y);
-    }
+  fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, row, tok0, t, rank);
 }
 
 template <int kFmt, int kStages, int kBN, int kPacked, typename OutT, typename SwT>
