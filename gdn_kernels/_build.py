@@ -210,7 +210,9 @@ class GemmCfg:
             if self.qg:
                 # Two slots of block scales a consumer warpgroup; split, the slots of all but one of
                 # a CTA's decode warps' sums (wg / 2 floats a consumer thread each).
-                size += 4 * self.wg * 4 + (GEMM_WARPS // self.split - 1 if self.split > 1 else 0) * self.wg // 2 * 256 * 4
+                # With each chunk promoted under the next (overlap 2), the running total (the same size).
+                slots = (GEMM_WARPS // self.split - 1 if self.split > 1 else 0) + (self.overlap >> 1)
+                size += 4 * self.wg * 4 + slots * self.wg // 2 * 256 * 4
             if self.f16 and self.split > 1:
                 size += (GEMM_WARPS // self.split - 1) * 128 * self.threads
             return size
@@ -239,10 +241,13 @@ class GemmCfg:
                     or self.f16 or self.ws):
                 raise ValueError("the e4m3 warpgroup kernel runs fp8, 8-128 tokens a CTA, by tensor copies, in clusters "
                                  "of 1, 2, 4 or 8")
+            if self.overlap not in (0, 2):
+                raise ValueError("the e4m3 warpgroup kernel's one overlap: each chunk promoted under the next (2)")
+            defer = self.overlap >> 1
             if self.split > 1:
-                return (f"w8a8_qgmma_split_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {self.split}, {out_t}, "
-                        f"{scale_t}>")
-            return f"w8a8_qgmma_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {out_t}, {scale_t}>"
+                return (f"w8a8_qgmma_split_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {self.split}, {defer}, "
+                        f"{out_t}, {scale_t}>")
+            return f"w8a8_qgmma_kernel<{fmt}, {self.stages}, {self.wg}, {self.packed}, {defer}, {out_t}, {scale_t}>"
         if self.f16:
             if fmt == FMT_INT8 or self.wg != 64 or self.tma != 2 or self.split not in (1, 2, 4):
                 raise ValueError("the fp8 warpgroup kernel runs fp8, 64 tokens a CTA, by tensor copies, in clusters "
@@ -811,13 +816,17 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
 
 # The e4m3 warpgroup-MMA prototype (other bits; tokens in MMA order) by 8-token tiles: a token tile
 # of 8, 16 or 32 rows in clusters of 4 or 8 CTAs a weight tile (the decode order's warps split
-# over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond.
+# over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond, also with each
+# chunk's promotion under the next chunk's MMAs (overlap 2).
 QGMMA_SWEEP = {
     1: tuple(GemmCfg(stages=s, wg=8, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
     2: tuple(GemmCfg(stages=s, wg=16, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
     4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),
         *(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))),
-        GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4), GemmCfg(stages=4, wg=128, tma=2, qg=1, split=4)),
+        GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4), GemmCfg(stages=4, wg=128, tma=2, qg=1, split=4),
+        # Each chunk promoted under the next chunk's MMAs.
+        GemmCfg(stages=6, wg=64, tma=2, qg=1, overlap=2), GemmCfg(stages=4, wg=128, tma=2, qg=1, overlap=2),
+        GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4, overlap=2)),
 }
 
 

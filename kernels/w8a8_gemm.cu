@@ -1675,10 +1675,15 @@ struct Qgmma<128> {
 // the exchange after the loop, so that the total is summed in the decode kernel's order). From 64
 // tokens a producer warpgroup (one thread issues the copies) gives its registers to the two
 // consumer warpgroups (setmaxnreg); below, a producer warp and two CTAs a multiprocessor.
+// kDefer 1: each chunk's promotion deferred until the next chunk's MMAs are issued, so that they
+// run under it: the finished partial is copied out of the MMA's registers first (ptxas waits for
+// every MMA in flight before an instruction reads registers an MMA wrote, C7517, however long ago),
+// and the running total waits in shared memory between decode warps (kBN / 2 floats a consumer
+// thread) to free the registers. The same adds in the same order.
 template <int kBN>
 constexpr int qgmma_threads() { return kBN >= 64 ? 384 : 288; }
 
-template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
+template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, int kDefer, typename OutT, typename SwT>
 __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const gdn::TensorMap& xmap,
                                                const SwT* __restrict__ sw, const float* __restrict__ sx,
                                                OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
@@ -1753,9 +1758,11 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       return *reinterpret_cast<const uint4*>(a + swz128(r, 4 * h + t));
     }
   };
-  float part[kAcc], acc[kAcc], sum[kAcc];
+  float acc[kAcc], sum[kAcc];
 #pragma unroll
   for (int e = 0; e < kAcc; ++e) acc[e] = sum[e] = 0.f;
+  // kDefer: the running total of the decode warps folded so far, in shared memory.
+  float* const totals = slots + kSlots * kAcc * 256;
   int v = v0, left = per + (v0 < extra);  // the decode warp whose chunks are being summed
   // Decode warp v's finished sums into the total, as the decode kernel's reduction adds them; in a
   // cluster's later CTAs, into slot v - v0 for the exchange (the total starts in the first CTA).
@@ -1770,11 +1777,43 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     }
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
-      sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+      if constexpr (kDefer) {
+        float* const at_e = totals + e * 256 + tid;
+        *at_e = v == 0 ? acc[e] : gdn::add_rn(*at_e, acc[e]);
+      } else {
+        sum[e] = v == 0 ? acc[e] : gdn::add_rn(sum[e], acc[e]);
+      }
       acc[e] = 0.f;
     }
   };
+  // The chunk at position i done: its partial promoted (its block scales in slot i % 2 of this
+  // warpgroup), after the finished decode warps are folded into the total.
+  auto promote = [&](int i, const float (&part)[kAcc]) {
+    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
+      fold_warp();
+      ++v;
+      left = per + (v < extra);
+    }
+    --left;
+    const float* xs = xsc + (2 * wg + (i & 1)) * kBN;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      float2 sc = make_float2(0.f, 0.f);
+      if constexpr (kFmt == kFp8Block) sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        if constexpr (kFmt == kFp8Block) {
+          acc[e] = gdn::fma_rn(part[e], (r & 1) ? sc.y : sc.x, acc[e]);
+        } else {
+          acc[e] = gdn::add_rn(acc[e], part[e]);
+        }
+      }
+    }
+  };
   DecodeWalk at(i0, chunks);
+  // kDefer: chunk i - 1's partial, copied out of `part` before chunk i's MMAs overwrite it.
+  float part[kAcc], held[kDefer ? kAcc : 1];
   for (int i = 0; i < mine; ++i, at.next()) {
     const int s = i % kStages, c = at.chunk();
     // Block scales of chunk c: thread x of the warpgroup loads token tok0 + x's (before the MMAs),
@@ -1793,6 +1832,10 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       ra[h] = lds_w(a, row, h);
       rb[h] = lds_w(a, row + 8, h);
     }
+    if constexpr (kDefer) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) held[e] = part[e];
+    }
     wgmma_fence();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -1802,37 +1845,25 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
       Qgmma<kBN>::mma(part, a8, wgmma_desc(smem_s + s * kStage + kStageA + 32 * q), q);
     }
     wgmma_commit();
+    if constexpr (kDefer) {
+      if (i > 0) promote(i - 1, held);
+    }
     wgmma_wait<0>();
     if ((tid & 127) == 0) gdn::mbar_arrive(empty + 8 * s);
-    const float* xs = xsc + (2 * wg + (i & 1)) * kBN;
     if constexpr (kFmt == kFp8Block) {
-      // Slot i % 2 was last read for chunk i - 2, before the barrier of chunk i - 1.
+      // Slot i % 2 was last read for chunk i - 2, before the barrier of the chunk before.
       if ((tid & 127) < kBN) xsc[(2 * wg + (i & 1)) * kBN + (tid & 127)] = my_scale;
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
     }
-    while (left == 0) {  // empty decode warps (chunks < 8) add +0, as there
-      fold_warp();
-      ++v;
-      left = per + (v < extra);
-    }
-    --left;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      float2 sc = make_float2(0.f, 0.f);
-      if constexpr (kFmt == kFp8Block) sc = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * t);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int e = 4 * j + r;
-        if constexpr (kFmt == kFp8Block) {
-          acc[e] = gdn::fma_rn(part[e], (r & 1) ? sc.y : sc.x, acc[e]);
-        } else {
-          acc[e] = gdn::add_rn(acc[e], part[e]);
-        }
-      }
-    }
+    if constexpr (!kDefer) promote(i, part);
   }
+  if (kDefer && mine > 0) promote(mine - 1, part);
   if (kCluster == 1 || rank == 0) {
     for (; v < v1; ++v) fold_warp();
+    if constexpr (kDefer) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) sum[e] = totals[e * 256 + tid];
+    }
   } else {
     for (; v < v1 - 1; ++v) fold_warp();  // acc: the last decode warp's sums
   }
@@ -1872,22 +1903,22 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
   fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, row, tok0, t, rank);
 }
 
-template <int kFmt, int kStages, int kBN, int kPacked, typename OutT, typename SwT>
+template <int kFmt, int kStages, int kBN, int kPacked, int kDefer, typename OutT, typename SwT>
 __global__ void __launch_bounds__(qgmma_threads<kBN>(), kBN >= 64 ? 1 : 2)
 w8a8_qgmma_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
                   const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                   const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                   OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, 1>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
+  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, 1, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
 
 // w8a8_qgmma_kernel with the decode order's 8 warps of chunks split over a cluster of kCluster CTAs
 // a tile (grid z), for tiles too few to fill the GPU (at 1-32 tokens, all of them).
-template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
+template <int kFmt, int kStages, int kBN, int kPacked, int kCluster, int kDefer, typename OutT, typename SwT>
 __global__ void __launch_bounds__(qgmma_threads<kBN>(), kBN >= 64 ? 1 : 2) __cluster_dims__(1, 1, kCluster)
 w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __grid_constant__ gdn::TensorMap xmap,
                         const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                         const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                         OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
+  qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
