@@ -152,10 +152,12 @@ class GemmCfg:
     unsplit): w8a8_wgmma_ws_kernel, a producer warp issuing the copies and per-stage
     release barriers in place of the block barrier; with ``mcx`` or ``mcy`` 2,
     w8a8_wgmma_mc_kernel, that kernel in clusters of ``mcx`` token tiles x ``mcy`` weight tiles
-    whose copies of a shared operand are made once and multicast. ``qg`` 1 (fp8, ``wg`` 64 or
-    128, ``tma`` 2; sweep only): w8a8_qgmma_kernel, the fp8 formats on e4m3 warpgroup MMAs with a
+    whose copies of a shared operand are made once and multicast. ``qg`` 1 (fp8, ``wg`` 8-128,
+    ``tma`` 2; sweep only): w8a8_qgmma_kernel, the fp8 formats on e4m3 warpgroup MMAs with a
     producer warp, a prototype whose bits are not the formats' and which reads its tokens in MMA
-    order (:func:`mma_order_words`). Apart from ``qg``, no
+    order (:func:`mma_order_words`); ``split`` 2-8 spreads the decode order's warps over a cluster
+    (w8a8_qgmma_split_kernel), ``overlap`` 2 promotes each chunk under the next chunk's MMAs.
+    Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
     scaled, whatever the order), so the schedule may depend on the shape and the row count
