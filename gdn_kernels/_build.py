@@ -184,6 +184,8 @@ class GemmCfg:
     def threads(self) -> int:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
+        if self.qg == 2:
+            return 128 * GEMM_WARPS // self.split  # a warpgroup for each of the CTA's decode warps
         if self.qg:
             # Two consumer warpgroups and a producer warpgroup (from 64 tokens) or warp.
             return 384 if self.wg >= 64 else 288
@@ -192,13 +194,18 @@ class GemmCfg:
     @property
     def rows_tile(self) -> int:
         """Weight rows a CTA of the many-row kernels (the tensor maps' weight box)."""
-        return 64 * self.f16 if self.f16 else 128
+        return 64 * self.f16 if self.f16 else 64 if self.qg == 2 else 128
 
     @property
     def smem(self) -> int:
         """Dynamic shared memory of a CTA in bytes: for the tiled kernel a 16 KB weight and an 8 KB
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
         stages before waiting on the quantizer."""
+        if self.qg == 2:
+            # Each warpgroup's token tiles (QGMMA_DECODE_MAX_CHUNKS chunks of wg rows of 128 bytes)
+            # and sums (wg / 2 floats a thread), 1 KB to align the swizzle atoms.
+            wgs = GEMM_WARPS // self.split
+            return wgs * (QGMMA_DECODE_MAX_CHUNKS * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
             # with tensor copies a barrier a stage; for fp8 the f16 token tiles and block-scale
@@ -238,6 +245,10 @@ class GemmCfg:
         return ("128s128s" if self.tma else "") + "PPPPPqiii"
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
+        if self.qg == 2:
+            if fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (4, 8):
+                raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads, in clusters of 4 or 8")
+            return f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {out_t}, {scale_t}>"
         if self.qg:
             if (fmt == FMT_INT8 or self.wg not in (8, 16, 32, 64, 128) or self.tma != 2 or self.split not in (1, 2, 4, 8)
                     or self.f16 or self.ws):
@@ -820,9 +831,15 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
 # of 8, 16 or 32 rows in clusters of 4 or 8 CTAs a weight tile (the decode order's warps split
 # over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond, also with each
 # chunk's promotion under the next chunk's MMAs (overlap 2).
+# qg 2: its decode form (w8a8_qgmma_decode_kernel, the weight loaded straight into the MMA's
+# registers), a warpgroup a decode warp, in clusters of 4 or 8 CTAs; K up to 8 x 128 x
+# QGMMA_DECODE_MAX_CHUNKS.
+QGMMA_DECODE_MAX_CHUNKS = 24
 QGMMA_SWEEP = {
-    1: tuple(GemmCfg(stages=s, wg=8, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
-    2: tuple(GemmCfg(stages=s, wg=16, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8)),
+    1: tuple(GemmCfg(stages=s, wg=8, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
+    + tuple(GemmCfg(wg=8, qg=2, split=sp) for sp in (4, 8)),
+    2: tuple(GemmCfg(stages=s, wg=16, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
+    + tuple(GemmCfg(wg=16, qg=2, split=sp) for sp in (4, 8)),
     4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),
         *(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))),
         GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4), GemmCfg(stages=4, wg=128, tma=2, qg=1, split=4),

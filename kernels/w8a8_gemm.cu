@@ -1922,3 +1922,163 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
                         OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
+
+// The e4m3 prototype's decode form (sweep only; NOT run on a GPU yet, NOTES W8A8 v28): 1-16 rows
+// on m64n8k32 / m64n16k32 e4m3 warpgroup MMAs with the weight loaded from global memory straight
+// into the A fragments, 16 bytes a thread a half-chunk as the decode kernel loads it (v20's probe:
+// the same bits as the fragments read from shared memory), so that every row count can share the
+// many-row prototype's bits. A warpgroup owns 64 weight rows and one of the decode order's 8
+// warps of chunks (v, v + 8, ...); a CTA holds 8 / kCluster of them, a cluster of kCluster CTAs
+// along z the 8, and the warps' sums are added in warp order at the end (the split kernel's
+// exchange, through distributed shared memory). Each warpgroup first copies its chunks' tokens
+// into shared memory in MMA order (the 4 x 4 word transpose of each 64-byte half that
+// _build.mma_order_words describes), so the quantizer's row-major workspace serves as it is.
+// kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks), which sizes the
+// token tiles; a longer K traps.
+template <int kFmt, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * 8 / kCluster)
+__cluster_dims__(1, 1, kCluster)
+w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
+                         const uint8_t* __restrict__ xq, const float* __restrict__ sx,
+                         OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
+  static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && (kCluster == 4 || kCluster == 8), "e4m3 decode schedule");
+  constexpr int kWGs = 8 / kCluster, kAcc = kBN / 2, kMaxChunks = 24;
+  constexpr int kTokTile = kMaxChunks * kBN * 128;  // a warpgroup's tokens
+  gdn::pdl_launch_dependents();
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+  const uint32_t smem_s = (raw + 1023) & ~1023u;
+  uint8_t* const smem = smem_raw + (smem_s - raw);
+  // [kWGs][kMaxChunks][kBN rows of 128 bytes, 128-byte swizzle] tokens, then each warpgroup's sums.
+  float* const sums = reinterpret_cast<float*>(smem + kWGs * kTokTile);
+  const int tid = threadIdx.x, wgl = tid >> 7, x = tid & 127, warp = x >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int rank = (int)blockIdx.z, v = rank * kWGs + wgl;  // this warpgroup's decode warp
+  const int n0 = blockIdx.y * 64, tok0 = blockIdx.x * kBN, chunks = K >> 7;
+  const int mine = chunks / 8 + (v < chunks % 8);
+  if (mine > kMaxChunks) __trap();
+  // This thread's weight rows n0 + 16 warp + g (+ 8), clamped to N for the loads.
+  const int r0 = min(n0 + 16 * warp + g, N - 1), r1 = min(n0 + 16 * warp + g + 8, N - 1);
+  // The 16 bytes at 16 t of half h of chunk c of weight row r (tile-major: the 2048-byte block of
+  // the row's 16-row tile and chunk c, piece 2 h + (row group)).
+  // early: before the quantizer wait (coherent loads, which ptxas keeps there).
+  auto ldg_w = [&](int r, int c, int h, bool early) {
+    const uint8_t* p = kPacked ? w + (long long)(r >> 4) * 16 * K + (long long)c * 2048 + 512 * (2 * h + ((r >> 3) & 1)) +
+                                     16 * (((r & 7) << 2) + t)
+                               : w + (long long)r * K + (long long)c * 128 + 64 * h + 16 * t;
+    return gdn::ld_weight_v4(p, early);
+  };
+  // The first chunk's weight before the quantizer wait.
+  uint4 wa[2], wb[2];
+  if (mine > 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wa[h] = ldg_w(r0, v, h, true);
+      wb[h] = ldg_w(r1, v, h, true);
+    }
+  }
+  gdn::pdl_wait();
+  // The tokens of this warpgroup's chunks in MMA order: item (chunk position p, token r, half h)
+  // reads the half's four 16-byte units and writes the four it fills (dst unit 2 u + e of the half
+  // takes word 2 u + e of each source unit).
+  uint8_t* const toks = smem + wgl * kTokTile;
+  for (int item = x; item < mine * kBN * 2; item += 128) {
+    const int p = item / (kBN * 2), r = (item >> 1) % kBN, h = item & 1;
+    const uint8_t* src = xq + (long long)min(tok0 + r, rows - 1) * K + (long long)(v + 8 * p) * 128 + 64 * h;
+    uint4 s4[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) s4[q] = gdn::ld_dep_v4(src + 16 * q);
+    uint8_t* dst = toks + p * kBN * 128;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+      auto word = [&](const uint4& u) { return d == 0 ? u.x : d == 1 ? u.y : d == 2 ? u.z : u.w; };
+      *reinterpret_cast<uint4*>(dst + swz128(r, 4 * h + d)) =
+          make_uint4(word(s4[0]), word(s4[1]), word(s4[2]), word(s4[3]));
+    }
+  }
+  fence_proxy_async();  // the tokens, written by the threads, read by the MMAs
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgl) : "memory");
+  float part[kAcc], acc[kAcc];
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) acc[e] = 0.f;
+  for (int p = 0; p < mine; ++p) {
+    const int c = v + 8 * p;
+    // Block scales of chunk c for this thread's tokens 8 j + 2 t + q.
+    float scale[kBN / 8][2] = {};
+    if constexpr (kFmt == kFp8Block) {
+      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
+    }
+    // The next chunk's weight requested before this chunk's MMAs.
+    uint4 na[2], nb[2];
+    if (p + 1 < mine) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        na[h] = ldg_w(r0, c + 8, h, false);
+        nb[h] = ldg_w(r1, c + 8, h, false);
+      }
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int h = q >> 1;
+      const uint32_t a8[4] = {(q & 1) ? wa[h].z : wa[h].x, (q & 1) ? wb[h].z : wb[h].x,
+                              (q & 1) ? wa[h].w : wa[h].y, (q & 1) ? wb[h].w : wb[h].y};
+      const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + p * kBN * 128) + 32 * q;
+      Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        if constexpr (kFmt == kFp8Block) {
+          acc[e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[e]);
+        } else {
+          acc[e] = gdn::add_rn(acc[e], part[e]);
+        }
+      }
+    if (p + 1 < mine) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        wa[h] = na[h];
+        wb[h] = nb[h];
+      }
+    }
+  }
+  // The exchange: every warpgroup publishes its decode warp's sums; the CTA of rank j % kCluster
+  // adds, for its token groups j, the 8 warps' sums in warp order (warp 0's taken as it is) and
+  // stores them.
+#pragma unroll
+  for (int e = 0; e < kAcc; ++e) sums[(wgl * kAcc + e) * 128 + x] = acc[e];
+  gdn::cluster_sync();
+  float sum[kAcc] = {};
+  if (wgl == 0) {
+    const uint32_t sums_s = (uint32_t)__cvta_generic_to_shared(sums);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      if (j % kCluster != rank) continue;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int e = 4 * j + r;
+        float tot = 0.f;
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          const float a = __uint_as_float(
+              gdn::ld_cluster(sums_s + (uint32_t)(((u % kWGs) * kAcc + e) * 128 + x) * 4u, u / kWGs));
+          tot = u == 0 ? a : gdn::add_rn(tot, a);
+        }
+        sum[e] = tot;
+      }
+    }
+  }
+  gdn::cluster_sync();
+  if (wgl == 0)
+    fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, 16 * warp + g, tok0, t, rank);
+}
