@@ -155,8 +155,10 @@ class GemmCfg:
     whose copies of a shared operand are made once and multicast. ``qg`` 1 (fp8, ``wg`` 8-128,
     ``tma`` 2; sweep only): w8a8_qgmma_kernel, the fp8 formats on e4m3 warpgroup MMAs with a
     producer warp, a prototype whose bits are not the formats' and which reads its tokens in MMA
-    order (:func:`mma_order_words`); ``split`` 2-8 spreads the decode order's warps over a cluster
+    order (:attr:`mma_order`); ``split`` 2-8 spreads the decode order's warps over a cluster
     (w8a8_qgmma_split_kernel), ``overlap`` 2 promotes each chunk under the next chunk's MMAs.
+    ``qg`` 2 (fp8, ``wg`` 8 or 16, ``split`` 4 or 8): w8a8_qgmma_decode_kernel, its decode form
+    (the weight loaded into the MMA's registers, row-major tokens).
     Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
@@ -179,6 +181,13 @@ class GemmCfg:
     mcx: int = 1
     mcy: int = 1
     qg: int = 0
+
+    @property
+    def mma_order(self) -> bool:
+        """Whether the kernel reads the quantized tokens in the e4m3 prototype's MMA order
+        (:func:`mma_order_words`; its tensor-copy forms) instead of row-major (every other kernel,
+        the prototype's decode form included, which reorders them itself)."""
+        return self.qg == 1
 
     @property
     def threads(self) -> int:
