@@ -1197,6 +1197,17 @@ __device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t v, int hi) {
 
 }  // namespace
 
+// The 8-bit A fragment of decode MMA s of a chunk (mma.m16n8k32's layout, which the warpgroup
+// MMAs' register A operand shares): bytes 8 (s % 2).. of the 16 this thread holds at 16 t of half
+// s / 2 of its rows g (ra) and g + 8 (rb).
+__device__ __forceinline__ void decode_fragment(uint32_t (&a8)[4], const uint4 (&ra)[2], const uint4 (&rb)[2], int s) {
+  const int h = s >> 1;
+  a8[0] = (s & 1) ? ra[h].z : ra[h].x;
+  a8[1] = (s & 1) ? rb[h].z : rb[h].x;
+  a8[2] = (s & 1) ? ra[h].w : ra[h].y;
+  a8[3] = (s & 1) ? rb[h].w : rb[h].y;
+}
+
 // Epilogue of the fp8 warpgroup kernels (w8a8_gemm_kernel's): this thread's sums of kGroups token
 // groups, element 4 j + r weight row n0 + row + 8 (r / 2), token tok0 + 8 j + 2 t + r % 2, scaled (per
 // channel) and stored; in a cluster of kCluster CTAs, only the groups j % kCluster == rank.
@@ -1483,9 +1494,8 @@ __device__ __forceinline__ void wgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     for (int s = 0; s < 4; ++s) {
       // Decode MMA s: bytes 8 (s % 2).. of this thread's 16 in half s / 2; its sum into the
       // partial (s = 0), dy (s = 1, 3) or other (s = 2; free once the chunk before is promoted).
-      const int h = s >> 1;
-      const uint32_t a8[4] = {(s & 1) ? ra[h].z : ra[h].x, (s & 1) ? rb[h].z : rb[h].x,
-                              (s & 1) ? ra[h].w : ra[h].y, (s & 1) ? rb[h].w : rb[h].y};
+      uint32_t a8[4];
+      decode_fragment(a8, ra, rb, s);
       float(&d)[32] = s == 0 ? part : (s & 1) ? dy : other;
       wgmma_fence();
 #pragma unroll
@@ -1839,9 +1849,8 @@ __device__ __forceinline__ void qgmma_fp8_gemm(const gdn::TensorMap& wmap, const
     wgmma_fence();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int h = q >> 1;
-      const uint32_t a8[4] = {(q & 1) ? ra[h].z : ra[h].x, (q & 1) ? rb[h].z : rb[h].x,
-                              (q & 1) ? ra[h].w : ra[h].y, (q & 1) ? rb[h].w : rb[h].y};
+      uint32_t a8[4];
+      decode_fragment(a8, ra, rb, q);
       Qgmma<kBN>::mma(part, a8, wgmma_desc(smem_s + s * kStage + kStageA + 32 * q), q);
     }
     wgmma_commit();
@@ -2025,9 +2034,8 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
     wgmma_fence();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int h = q >> 1;
-      const uint32_t a8[4] = {(q & 1) ? wa[h].z : wa[h].x, (q & 1) ? wb[h].z : wb[h].x,
-                              (q & 1) ? wa[h].w : wa[h].y, (q & 1) ? wb[h].w : wb[h].y};
+      uint32_t a8[4];
+      decode_fragment(a8, wa, wb, q);
       const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + p * kBN * 128) + 32 * q;
       Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
     }
