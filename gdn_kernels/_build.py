@@ -158,7 +158,8 @@ class GemmCfg:
     order (:attr:`mma_order`); ``split`` 2-8 spreads the decode order's warps over a cluster
     (w8a8_qgmma_split_kernel), ``overlap`` 2 promotes each chunk under the next chunk's MMAs.
     ``qg`` 2 (fp8, ``wg`` 8 or 16, ``split`` 4 or 8): w8a8_qgmma_decode_kernel, its decode form
-    (the weight loaded into the MMA's registers, row-major tokens).
+    (the weight loaded into the MMA's registers, row-major tokens), ``stages`` chunks of weight
+    requested ahead (1 or 2), registers held to ``min_blocks`` CTAs an SM.
     Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
@@ -211,10 +212,8 @@ class GemmCfg:
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
         stages before waiting on the quantizer."""
         if self.qg == 2:
-            # Each warpgroup's token tiles (QGMMA_DECODE_MAX_CHUNKS chunks of wg rows of 128 bytes)
-            # and sums (wg / 2 floats a thread), 1 KB to align the swizzle atoms.
-            wgs = GEMM_WARPS // self.split
-            return wgs * (QGMMA_DECODE_MAX_CHUNKS * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
+            # The most any K asks for (decode_smem).
+            return self.decode_smem(QGMMA_DECODE_MAX_CHUNKS * GEMM_WARPS * 128)
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
             # with tensor copies a barrier a stage; for fp8 the f16 token tiles and block-scale
@@ -238,6 +237,13 @@ class GemmCfg:
             return self.stages * (128 + 64) * 128
         return GEMM_WARPS * self.pre * self.m * 2048
 
+    def decode_smem(self, k: int) -> int:
+        """The e4m3 decode form's (``qg`` 2) dynamic shared memory for rows of ``k``: each
+        warpgroup's token tiles (a tile of wg rows of 128 bytes for each of its decode warp's
+        chunks) and sums (wg / 2 floats a thread), 1 KB to align the swizzle atoms."""
+        wgs = GEMM_WARPS // self.split
+        return wgs * (-(-k // (128 * GEMM_WARPS)) * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
+
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
             # Whole clusters: a token or weight tile past the operand is all zeros, stores nothing.
@@ -255,9 +261,12 @@ class GemmCfg:
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.qg == 2:
-            if fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (4, 8):
-                raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads, in clusters of 4 or 8")
-            return f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {out_t}, {scale_t}>"
+            if (fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (4, 8)
+                    or self.stages not in (1, 2)):
+                raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads 1 or 2 chunks ahead, "
+                                 "in clusters of 4 or 8")
+            return (f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {self.stages}, "
+                    f"{self.min_blocks}, {out_t}, {scale_t}>")
         if self.qg:
             if (fmt == FMT_INT8 or self.wg not in (8, 16, 32, 64, 128) or self.tma != 2 or self.split not in (1, 2, 4, 8)
                     or self.f16 or self.ws):
@@ -841,14 +850,17 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
 # over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond, also with each
 # chunk's promotion under the next chunk's MMAs (overlap 2).
 # qg 2: its decode form (w8a8_qgmma_decode_kernel, the weight loaded straight into the MMA's
-# registers), a warpgroup a decode warp, in clusters of 4 or 8 CTAs; K up to 8 x 128 x
-# QGMMA_DECODE_MAX_CHUNKS.
+# registers), a warpgroup a decode warp, in clusters of 4 or 8 CTAs, its token tiles sized by K
+# at the launch (GemmCfg.decode_smem); K up to 8 x 128 x QGMMA_DECODE_MAX_CHUNKS.
 QGMMA_DECODE_MAX_CHUNKS = 24
 QGMMA_SWEEP = {
-    1: tuple(GemmCfg(stages=s, wg=8, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
-    + tuple(GemmCfg(wg=8, qg=2, split=sp) for sp in (4, 8)),
-    2: tuple(GemmCfg(stages=s, wg=16, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
-    + tuple(GemmCfg(wg=16, qg=2, split=sp) for sp in (4, 8)),
+    tiles: tuple(GemmCfg(stages=s, wg=8 * tiles, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
+    # The decode form 1 or 2 chunks ahead, 2 ahead with its registers held to 3 (clusters of 4,
+    # 256 threads) or 6 (clusters of 8) CTAs an SM.
+    + tuple(GemmCfg(stages=d, wg=8 * tiles, qg=2, split=sp, min_blocks=b)
+            for sp in (4, 8) for d, b in ((1, 1), (2, 1), (2, 3 * sp // 4)))
+    for tiles in (1, 2)
+} | {
     4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),
         *(GemmCfg(stages=s, wg=wg, tma=2, qg=1) for wg, s in ((64, 6), (64, 8), (128, 4), (128, 6))),
         GemmCfg(stages=6, wg=64, tma=2, qg=1, split=4), GemmCfg(stages=4, wg=128, tma=2, qg=1, split=4),

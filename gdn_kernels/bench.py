@@ -355,6 +355,9 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     tiles = _build.gemm_tiles(rows) if tiles is None else tiles
     name = _build.gemm_instance(_FMT[w.format], tiles, "bfloat16", w.scale_dtype, cfg)
     kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
+    if cfg.qg == 2:
+        # The e4m3 decode form asks only for the token tiles this K needs (the kernel allows the most).
+        kern = _build.Kernel(kern.ptr, cfg.args, name, cfg.decode_smem(w.k))
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)
     maps = ctx.tma_maps(w, cfg)

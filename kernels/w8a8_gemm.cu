@@ -1932,7 +1932,7 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
   qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
 
-// The e4m3 prototype's decode form (sweep only; NOT run on a GPU yet, NOTES W8A8 v28): 1-16 rows
+// The e4m3 prototype's decode form (sweep only; NOTES W8A8 v28, v29): 1-16 rows
 // on m64n8k32 / m64n16k32 e4m3 warpgroup MMAs with the weight loaded from global memory straight
 // into the A fragments, 16 bytes a thread a half-chunk as the decode kernel loads it (v20's probe:
 // the same bits as the fragments read from shared memory), so that every row count can share the
@@ -1942,30 +1942,35 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
 // exchange, through distributed shared memory). Each warpgroup first copies its chunks' tokens
 // into shared memory in MMA order (the 4 x 4 word transpose of each 64-byte half that
 // _build.mma_order_words describes), so the quantizer's row-major workspace serves as it is.
-// kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks), which sizes the
-// token tiles; a longer K traps.
-template <int kFmt, int kBN, int kPacked, int kCluster, typename OutT, typename SwT>
-__global__ void __launch_bounds__(128 * 8 / kCluster)
+// kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks), the most shared
+// memory the launch may ask for; a longer K traps. The token tiles are sized by K at the launch
+// (GemmCfg.decode_smem), so short rows leave room for more CTAs an SM. kDepth: chunks of weight
+// a warpgroup has requested ahead of the one its MMAs take (1 or 2); kMinBlocks: CTAs an SM
+// the registers are held to.
+template <int kFmt, int kBN, int kPacked, int kCluster, int kDepth, int kMinBlocks, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * 8 / kCluster, kMinBlocks)
 __cluster_dims__(1, 1, kCluster)
 w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                          const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                          OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && (kCluster == 4 || kCluster == 8), "e4m3 decode schedule");
+  static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && (kCluster == 4 || kCluster == 8) && (kDepth == 1 || kDepth == 2),
+                "e4m3 decode schedule");
   constexpr int kWGs = 8 / kCluster, kAcc = kBN / 2, kMaxChunks = 24;
-  constexpr int kTokTile = kMaxChunks * kBN * 128;  // a warpgroup's tokens
   gdn::pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
   const uint32_t smem_s = (raw + 1023) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_s - raw);
-  // [kWGs][kMaxChunks][kBN rows of 128 bytes, 128-byte swizzle] tokens, then each warpgroup's sums.
-  float* const sums = reinterpret_cast<float*>(smem + kWGs * kTokTile);
   const int tid = threadIdx.x, wgl = tid >> 7, x = tid & 127, warp = x >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int rank = (int)blockIdx.z, v = rank * kWGs + wgl;  // this warpgroup's decode warp
   const int n0 = blockIdx.y * 64, tok0 = blockIdx.x * kBN, chunks = K >> 7;
   const int mine = chunks / 8 + (v < chunks % 8);
   if (mine > kMaxChunks) __trap();
+  // [kWGs][ceil(chunks / 8)][kBN rows of 128 bytes, 128-byte swizzle] tokens (a whole number of
+  // 1 KB swizzle atoms a warpgroup), then each warpgroup's sums.
+  const int tok_tile = ((chunks + 7) >> 3) * kBN * 128;
+  float* const sums = reinterpret_cast<float*>(smem + kWGs * tok_tile);
   // This thread's weight rows n0 + 16 warp + g (+ 8), clamped to N for the loads.
   const int r0 = min(n0 + 16 * warp + g, N - 1), r1 = min(n0 + 16 * warp + g + 8, N - 1);
   // The 16 bytes at 16 t of half h of chunk c of weight row r (tile-major: the 2048-byte block of
@@ -1977,20 +1982,24 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
                                : w + (long long)r * K + (long long)c * 128 + 64 * h + 16 * t;
     return gdn::ld_weight_v4(p, early);
   };
-  // The first chunk's weight before the quantizer wait.
-  uint4 wa[2], wb[2];
-  if (mine > 0) {
+  // The first kDepth chunks' weight before the quantizer wait: wa / wb the chunk the MMAs take
+  // next, fa / fb (kDepth 2) the one after it.
+  uint4 wa[2], wb[2], fa[2], fb[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      wa[h] = ldg_w(r0, v, h, true);
-      wb[h] = ldg_w(r1, v, h, true);
+  for (int d = 0; d < kDepth; ++d) {
+    if (d < mine) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        (d ? fa : wa)[h] = ldg_w(r0, v + 8 * d, h, true);
+        (d ? fb : wb)[h] = ldg_w(r1, v + 8 * d, h, true);
+      }
     }
   }
   gdn::pdl_wait();
   // The tokens of this warpgroup's chunks in MMA order: item (chunk position p, token r, half h)
   // reads the half's four 16-byte units and writes the four it fills (dst unit 2 u + e of the half
   // takes word 2 u + e of each source unit).
-  uint8_t* const toks = smem + wgl * kTokTile;
+  uint8_t* const toks = smem + wgl * tok_tile;
   for (int item = x; item < mine * kBN * 2; item += 128) {
     const int p = item / (kBN * 2), r = (item >> 1) % kBN, h = item & 1;
     const uint8_t* src = xq + (long long)min(tok0 + r, rows - 1) * K + (long long)(v + 8 * p) * 128 + 64 * h;
@@ -2022,13 +2031,13 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
         for (int q = 0; q < 2; ++q)
           scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
     }
-    // The next chunk's weight requested before this chunk's MMAs.
+    // Chunk p + kDepth's weight requested before this chunk's MMAs.
     uint4 na[2], nb[2];
-    if (p + 1 < mine) {
+    if (p + kDepth < mine) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        na[h] = ldg_w(r0, c + 8, h, false);
-        nb[h] = ldg_w(r1, c + 8, h, false);
+        na[h] = ldg_w(r0, c + 8 * kDepth, h, false);
+        nb[h] = ldg_w(r1, c + 8 * kDepth, h, false);
       }
     }
     wgmma_fence();
@@ -2055,8 +2064,15 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
     if (p + 1 < mine) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        wa[h] = na[h];
-        wb[h] = nb[h];
+        if constexpr (kDepth == 2) {
+          wa[h] = fa[h];
+          wb[h] = fb[h];
+          fa[h] = na[h];
+          fb[h] = nb[h];
+        } else {
+          wa[h] = na[h];
+          wb[h] = nb[h];
+        }
       }
     }
   }

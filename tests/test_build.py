@@ -167,6 +167,10 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
                     + _build.wgmma_sweep_cfgs(fmt, tiles) + _build.wgmma_sweep_cfgs(fmt, tiles, True))
             for cfg in cfgs:
                 assert cfg.smem <= limit, cfg
+                if cfg.qg == 2:
+                    # The e4m3 decode form launches with what K needs, the attribute allows the most.
+                    longest = 128 * _build.GEMM_WARPS * _build.QGMMA_DECODE_MAX_CHUNKS
+                    assert cfg.decode_smem(longest) == cfg.smem > cfg.decode_smem(17408) > cfg.decode_smem(2048), cfg
                 if cfg.f16 == 1:
                     assert 2 * (cfg.smem + 1024) <= 228 * 1024, cfg
                 assert not cfg.wg or (fmt == _build.FMT_INT8) == (not cfg.f16 and not cfg.qg), (fmt, cfg)
