@@ -1946,9 +1946,10 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
 // memory the launch may ask for; a longer K traps. The token tiles are sized by K at the launch
 // (GemmCfg.decode_smem), so short rows leave room for more CTAs an SM. kDepth: chunks of weight
 // a warpgroup has requested ahead of the one its MMAs take (1 or 2); kMinBlocks: CTAs an SM
-// the registers are held to.
+// the registers are held to (1: none named, ptxas's own choice, 74-80 registers; naming 1 lets it
+// take 124-128).
 template <int kFmt, int kBN, int kPacked, int kCluster, int kDepth, int kMinBlocks, typename OutT, typename SwT>
-__global__ void __launch_bounds__(128 * 8 / kCluster, kMinBlocks)
+__global__ void __launch_bounds__(128 * 8 / kCluster, kMinBlocks > 1 ? kMinBlocks : 0)
 __cluster_dims__(1, 1, kCluster)
 w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                          const uint8_t* __restrict__ xq, const float* __restrict__ sx,
