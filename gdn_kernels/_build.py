@@ -157,9 +157,10 @@ class GemmCfg:
     producer warp, a prototype whose bits are not the formats' and which reads its tokens in MMA
     order (:attr:`mma_order`); ``split`` 2-8 spreads the decode order's warps over a cluster
     (w8a8_qgmma_split_kernel), ``overlap`` 2 promotes each chunk under the next chunk's MMAs.
-    ``qg`` 2 (fp8, ``wg`` 8 or 16, ``split`` 4 or 8): w8a8_qgmma_decode_kernel, its decode form
-    (the weight loaded into the MMA's registers, row-major tokens), ``stages`` chunks of weight
-    requested ahead (1 or 2), registers held to ``min_blocks`` CTAs an SM.
+    ``qg`` 2 (fp8, ``wg`` 8 or 16): w8a8_qgmma_decode_kernel, its decode form (the weight loaded
+    into the MMA's registers, row-major tokens), each warpgroup running ``m`` of the decode order's
+    8 warps in turn, in clusters of ``split`` CTAs (``split`` x ``m`` 2-8), ``stages`` chunks of
+    weight requested ahead (1 or 2), registers held to ``min_blocks`` CTAs an SM.
     Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
@@ -195,7 +196,7 @@ class GemmCfg:
         """Threads a CTA: a warpgroup per 64 weight rows for the fp8 warpgroup kernel, else
         GEMM_WARPS warps."""
         if self.qg == 2:
-            return 128 * GEMM_WARPS // self.split  # a warpgroup for each of the CTA's decode warps
+            return 128 * GEMM_WARPS // (self.split * self.m)  # a warpgroup for each m of the CTA's decode warps
         if self.qg:
             # Two consumer warpgroups and a producer warpgroup (from 64 tokens) or warp.
             return 384 if self.wg >= 64 else 288
@@ -212,8 +213,8 @@ class GemmCfg:
         token tile a stage; for the decode kernel the ``pre`` chunks (2 KB a weight tile) each warp
         stages before waiting on the quantizer."""
         if self.qg == 2:
-            # The most any K asks for (decode_smem).
-            return self.decode_smem(QGMMA_DECODE_MAX_CHUNKS * GEMM_WARPS * 128)
+            # The most any K asks for (decode_smem), at most what a CTA may have.
+            return min(self.decode_smem(QGMMA_DECODE_MAX_CHUNKS * GEMM_WARPS * 128), SMEM_LIMIT)
         if self.wg:
             # A 128-row weight tile and a wg-token tile a stage, 1 KB to align the swizzle atoms,
             # with tensor copies a barrier a stage; for fp8 the f16 token tiles and block-scale
@@ -238,11 +239,12 @@ class GemmCfg:
         return GEMM_WARPS * self.pre * self.m * 2048
 
     def decode_smem(self, k: int) -> int:
-        """The e4m3 decode form's (``qg`` 2) dynamic shared memory for rows of ``k``: each
-        warpgroup's token tiles (a tile of wg rows of 128 bytes for each of its decode warp's
-        chunks) and sums (wg / 2 floats a thread), 1 KB to align the swizzle atoms."""
-        wgs = GEMM_WARPS // self.split
-        return wgs * (-(-k // (128 * GEMM_WARPS)) * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
+        """The e4m3 decode form's (``qg`` 2) dynamic shared memory for rows of ``k``: for each of
+        the CTA's decode warps a token tile (wg rows of 128 bytes) a chunk and its sums (wg / 2
+        floats a thread), 1 KB to align the swizzle atoms. Past :data:`SMEM_LIMIT` the schedule
+        cannot run that K."""
+        warps = GEMM_WARPS // self.split
+        return warps * (-(-k // (128 * GEMM_WARPS)) * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
 
     def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
@@ -261,11 +263,11 @@ class GemmCfg:
 
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.qg == 2:
-            if (fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (4, 8)
-                    or self.stages not in (1, 2)):
+            if (fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (1, 2, 4, 8)
+                    or self.m not in (1, 2, 4, 8) or not 2 <= self.split * self.m <= 8 or self.stages not in (1, 2)):
                 raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads 1 or 2 chunks ahead, "
-                                 "in clusters of 4 or 8")
-            return (f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {self.stages}, "
+                                 "1-8 decode warps a warpgroup in clusters of 1-8, at most 4 warpgroups a CTA")
+            return (f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {self.m}, {self.stages}, "
                     f"{self.min_blocks}, {out_t}, {scale_t}>")
         if self.qg:
             if (fmt == FMT_INT8 or self.wg not in (8, 16, 32, 64, 128) or self.tma != 2 or self.split not in (1, 2, 4, 8)
@@ -853,12 +855,15 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
 # registers), a warpgroup a decode warp, in clusters of 4 or 8 CTAs, its token tiles sized by K
 # at the launch (GemmCfg.decode_smem); K up to 8 x 128 x QGMMA_DECODE_MAX_CHUNKS.
 QGMMA_DECODE_MAX_CHUNKS = 24
+# The dynamic shared memory a Hopper CTA may have.
+SMEM_LIMIT = 227 * 1024
 QGMMA_SWEEP = {
     tiles: tuple(GemmCfg(stages=s, wg=8 * tiles, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
-    # The decode form 1 or 2 chunks ahead, 2 ahead with its registers held to 3 (clusters of 4,
-    # 256 threads) or 6 (clusters of 8) CTAs an SM.
-    + tuple(GemmCfg(stages=d, wg=8 * tiles, qg=2, split=sp, min_blocks=b)
-            for sp in (4, 8) for d, b in ((1, 1), (2, 1), (2, 3 * sp // 4)))
+    # The decode form in clusters of 4, 1 or 2 chunks ahead (NOTES W8A8 v29: clusters of 8 and
+    # registers held to more CTAs an SM were slower), and with each warpgroup running 2-8 decode
+    # warps in turn, in clusters of 1-4 (fewer, longer CTAs).
+    + tuple(GemmCfg(stages=d, wg=8 * tiles, qg=2, split=sp, m=q)
+            for sp, q, d in ((4, 1, 1), (4, 1, 2), (4, 2, 2), (2, 2, 1), (2, 2, 2), (2, 4, 2), (1, 2, 2), (1, 4, 2), (1, 8, 2)))
     for tiles in (1, 2)
 } | {
     4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),

@@ -357,6 +357,8 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
     if cfg.qg == 2:
         # The e4m3 decode form asks only for the token tiles this K needs (the kernel allows the most).
+        if cfg.decode_smem(w.k) > cfg.smem:
+            raise ValueError(f"{name}: K {w.k} needs {cfg.decode_smem(w.k)} bytes of shared memory, more than {cfg.smem}")
         kern = _build.Kernel(kern.ptr, cfg.args, name, cfg.decode_smem(w.k))
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)

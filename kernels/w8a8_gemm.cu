@@ -1932,31 +1932,31 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
   qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
 
-// The e4m3 prototype's decode form (sweep only; NOTES W8A8 v28, v29): 1-16 rows
-// on m64n8k32 / m64n16k32 e4m3 warpgroup MMAs with the weight loaded from global memory straight
-// into the A fragments, 16 bytes a thread a half-chunk as the decode kernel loads it (v20's probe:
-// the same bits as the fragments read from shared memory), so that every row count can share the
-// many-row prototype's bits. A warpgroup owns 64 weight rows and one of the decode order's 8
-// warps of chunks (v, v + 8, ...); a CTA holds 8 / kCluster of them, a cluster of kCluster CTAs
-// along z the 8, and the warps' sums are added in warp order at the end (the split kernel's
-// exchange, through distributed shared memory). Each warpgroup first copies its chunks' tokens
-// into shared memory in MMA order (the 4 x 4 word transpose of each 64-byte half that
-// _build.mma_order_words describes), so the quantizer's row-major workspace serves as it is.
-// kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks), the most shared
-// memory the launch may ask for; a longer K traps. The token tiles are sized by K at the launch
-// (GemmCfg.decode_smem), so short rows leave room for more CTAs an SM. kDepth: chunks of weight
-// a warpgroup has requested ahead of the one its MMAs take (1 or 2); kMinBlocks: CTAs an SM
-// the registers are held to (1: none named, ptxas's own choice, 74-80 registers; naming 1 lets it
-// take 124-128).
-template <int kFmt, int kBN, int kPacked, int kCluster, int kDepth, int kMinBlocks, typename OutT, typename SwT>
-__global__ void __launch_bounds__(128 * 8 / kCluster, kMinBlocks > 1 ? kMinBlocks : 0)
+// The e4m3 prototype's decode form (sweep only; NOTES W8A8 v28, v29): 1-16 rows on m64n8k32 /
+// m64n16k32 e4m3 warpgroup MMAs with the weight loaded from global memory straight into the A
+// fragments, 16 bytes a thread a half-chunk as the decode kernel loads it (v20's probe: the same
+// bits as the fragments read from shared memory), so that every row count can share the many-row
+// prototype's bits. A CTA owns 64 weight rows; each of its warpgroups runs kSeq of the decode
+// order's 8 warps of chunks (v, v + 8, ...) in turn, a sum apiece, and a cluster of kCluster CTAs
+// along z holds the 8 (kWGs = 8 / (kCluster kSeq) warpgroups a CTA). The 8 warps' sums are added
+// in warp order at the end, in registers where one warpgroup holds them all, else through shared
+// memory (distributed, in a cluster). Each warpgroup first copies its chunks' tokens into shared
+// memory in MMA order (the 4 x 4 word transpose of each 64-byte half that _build.mma_order_words
+// describes), so the quantizer's row-major workspace serves as it is.
+// kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks); a longer K traps. The
+// token tiles are sized by K at the launch (GemmCfg.decode_smem), so short rows leave room for
+// more CTAs an SM. kDepth: chunks of weight a warpgroup has requested ahead of the one its MMAs
+// take (1 or 2); kMinBlocks: CTAs an SM the registers are held to (1: none named, ptxas's own
+// choice; naming 1 lets it take 124-128 registers against 74-80).
+template <int kFmt, int kBN, int kPacked, int kCluster, int kSeq, int kDepth, int kMinBlocks, typename OutT, typename SwT>
+__global__ void __launch_bounds__(128 * 8 / (kCluster * kSeq), kMinBlocks > 1 ? kMinBlocks : 0)
 __cluster_dims__(1, 1, kCluster)
 w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ sw,
                          const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                          OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
-  static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && (kCluster == 4 || kCluster == 8) && (kDepth == 1 || kDepth == 2),
-                "e4m3 decode schedule");
-  constexpr int kWGs = 8 / kCluster, kAcc = kBN / 2, kMaxChunks = 24;
+  constexpr int kWGs = 8 / (kCluster * kSeq), kAcc = kBN / 2, kMaxChunks = 24;
+  static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && kWGs * kCluster * kSeq == 8 && kWGs <= 4 &&
+                    (kDepth == 1 || kDepth == 2), "e4m3 decode schedule");
   gdn::pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -1964,14 +1964,21 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
   uint8_t* const smem = smem_raw + (smem_s - raw);
   const int tid = threadIdx.x, wgl = tid >> 7, x = tid & 127, warp = x >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int rank = (int)blockIdx.z, v = rank * kWGs + wgl;  // this warpgroup's decode warp
+  const int rank = kCluster > 1 ? (int)blockIdx.z : 0;
+  const int v0 = (rank * kWGs + wgl) * kSeq;  // this warpgroup's first decode warp
   const int n0 = blockIdx.y * 64, tok0 = blockIdx.x * kBN, chunks = K >> 7;
-  const int mine = chunks / 8 + (v < chunks % 8);
-  if (mine > kMaxChunks) __trap();
-  // [kWGs][ceil(chunks / 8)][kBN rows of 128 bytes, 128-byte swizzle] tokens (a whole number of
-  // 1 KB swizzle atoms a warpgroup), then each warpgroup's sums.
-  const int tok_tile = ((chunks + 7) >> 3) * kBN * 128;
-  float* const sums = reinterpret_cast<float*>(smem + kWGs * tok_tile);
+  // Chunks of decode warp v: chunks / 8, one more below chunks % 8. Item i = kSeq p + u is chunk
+  // position p of decode warp v0 + u; since the warps' counts fall by at most one, and only at
+  // the last position, the items that exist are the first `items`.
+  auto count = [&](int v) { return chunks / 8 + (v < chunks % 8); };
+  int items = 0;
+#pragma unroll
+  for (int u = 0; u < kSeq; ++u) items += count(v0 + u);
+  if (count(v0) > kMaxChunks) __trap();
+  // [kWGs][kSeq][ceil(chunks / 8)][kBN rows of 128 bytes, 128-byte swizzle] tokens (a whole number
+  // of 1 KB swizzle atoms a tile), then each decode warp's sums.
+  const int tile_chunks = (chunks + 7) >> 3;
+  float* const sums = reinterpret_cast<float*>(smem + 8 / kCluster * tile_chunks * kBN * 128);
   // This thread's weight rows n0 + 16 warp + g (+ 8), clamped to N for the loads.
   const int r0 = min(n0 + 16 * warp + g, N - 1), r1 = min(n0 + 16 * warp + g + 8, N - 1);
   // The 16 bytes at 16 t of half h of chunk c of weight row r (tile-major: the 2048-byte block of
@@ -1983,86 +1990,94 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
                                : w + (long long)r * K + (long long)c * 128 + 64 * h + 16 * t;
     return gdn::ld_weight_v4(p, early);
   };
-  // The first kDepth chunks' weight before the quantizer wait: wa / wb the chunk the MMAs take
+  auto chunk_of = [&](int i) { return v0 + i % kSeq + 8 * (i / kSeq); };
+  // The first kDepth items' weight before the quantizer wait: wa / wb the item the MMAs take
   // next, fa / fb (kDepth 2) the one after it.
   uint4 wa[2], wb[2], fa[2], fb[2];
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
-    if (d < mine) {
+    if (d < items) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        (d ? fa : wa)[h] = ldg_w(r0, v + 8 * d, h, true);
-        (d ? fb : wb)[h] = ldg_w(r1, v + 8 * d, h, true);
+        (d ? fa : wa)[h] = ldg_w(r0, chunk_of(d), h, true);
+        (d ? fb : wb)[h] = ldg_w(r1, chunk_of(d), h, true);
       }
     }
   }
   gdn::pdl_wait();
-  // The tokens of this warpgroup's chunks in MMA order: item (chunk position p, token r, half h)
-  // reads the half's four 16-byte units and writes the four it fills (dst unit 2 u + e of the half
-  // takes word 2 u + e of each source unit).
-  uint8_t* const toks = smem + wgl * tok_tile;
-  for (int item = x; item < mine * kBN * 2; item += 128) {
-    const int p = item / (kBN * 2), r = (item >> 1) % kBN, h = item & 1;
-    const uint8_t* src = xq + (long long)min(tok0 + r, rows - 1) * K + (long long)(v + 8 * p) * 128 + 64 * h;
+  // The tokens of this warpgroup's items in MMA order: entry (decode warp u, chunk position p,
+  // token r, half h) reads the half's four 16-byte units and writes the four it fills (dst unit
+  // 2 u + e of the half takes word 2 u + e of each source unit).
+  uint8_t* const toks = smem + wgl * kSeq * tile_chunks * kBN * 128;
+  for (int entry = x; entry < kSeq * tile_chunks * kBN * 2; entry += 128) {
+    const int u = entry / (tile_chunks * kBN * 2), p = entry / (kBN * 2) % tile_chunks;
+    const int r = (entry >> 1) % kBN, h = entry & 1;
+    if (p >= count(v0 + u)) continue;
+    const uint8_t* src = xq + (long long)min(tok0 + r, rows - 1) * K + (long long)(v0 + u + 8 * p) * 128 + 64 * h;
     uint4 s4[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) s4[q] = gdn::ld_dep_v4(src + 16 * q);
-    uint8_t* dst = toks + p * kBN * 128;
+    uint8_t* dst = toks + (u * tile_chunks + p) * kBN * 128;
 #pragma unroll
     for (int d = 0; d < 4; ++d) {
-      auto word = [&](const uint4& u) { return d == 0 ? u.x : d == 1 ? u.y : d == 2 ? u.z : u.w; };
+      auto word = [&](const uint4& v) { return d == 0 ? v.x : d == 1 ? v.y : d == 2 ? v.z : v.w; };
       *reinterpret_cast<uint4*>(dst + swz128(r, 4 * h + d)) =
           make_uint4(word(s4[0]), word(s4[1]), word(s4[2]), word(s4[3]));
     }
   }
   fence_proxy_async();  // the tokens, written by the threads, read by the MMAs
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgl) : "memory");
-  float part[kAcc], acc[kAcc];
+  float part[kAcc], acc[kSeq][kAcc];
 #pragma unroll
-  for (int e = 0; e < kAcc; ++e) acc[e] = 0.f;
-  for (int p = 0; p < mine; ++p) {
-    const int c = v + 8 * p;
-    // Block scales of chunk c for this thread's tokens 8 j + 2 t + q.
-    float scale[kBN / 8][2] = {};
-    if constexpr (kFmt == kFp8Block) {
-      const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+  for (int u = 0; u < kSeq; ++u)
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) acc[u][e] = 0.f;
+  for (int p = 0; kSeq * p < items; ++p) {
+#pragma unroll
+    for (int u = 0; u < kSeq; ++u) {
+      const int i = kSeq * p + u;
+      if (i >= items) break;
+      const int c = v0 + u + 8 * p;
+      // Block scales of chunk c for this thread's tokens 8 j + 2 t + q.
+      float scale[kBN / 8][2] = {};
+      if constexpr (kFmt == kFp8Block) {
+        const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q)
+            scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
+      }
+      // Item i + kDepth's weight requested before this item's MMAs.
+      uint4 na[2], nb[2];
+      if (i + kDepth < items) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          na[h] = ldg_w(r0, chunk_of(i + kDepth), h, false);
+          nb[h] = ldg_w(r1, chunk_of(i + kDepth), h, false);
+        }
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t a8[4];
+        decode_fragment(a8, wa, wb, q);
+        const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + (u * tile_chunks + p) * kBN * 128) + 32 * q;
+        Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-        for (int q = 0; q < 2; ++q)
-          scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
-    }
-    // Chunk p + kDepth's weight requested before this chunk's MMAs.
-    uint4 na[2], nb[2];
-    if (p + kDepth < mine) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        na[h] = ldg_w(r0, c + 8 * kDepth, h, false);
-        nb[h] = ldg_w(r1, c + 8 * kDepth, h, false);
-      }
-    }
-    wgmma_fence();
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t a8[4];
-      decode_fragment(a8, wa, wb, q);
-      const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + p * kBN * 128) + 32 * q;
-      Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int e = 4 * j + r;
-        if constexpr (kFmt == kFp8Block) {
-          acc[e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[e]);
-        } else {
-          acc[e] = gdn::add_rn(acc[e], part[e]);
+        for (int r = 0; r < 4; ++r) {
+          const int e = 4 * j + r;
+          if constexpr (kFmt == kFp8Block) {
+            acc[u][e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[u][e]);
+          } else {
+            acc[u][e] = gdn::add_rn(acc[u][e], part[e]);
+          }
         }
-      }
-    if (p + 1 < mine) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kDepth == 2) {
@@ -2077,33 +2092,54 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
       }
     }
   }
-  // The exchange: every warpgroup publishes its decode warp's sums; the CTA of rank j % kCluster
-  // adds, for its token groups j, the 8 warps' sums in warp order (warp 0's taken as it is) and
-  // stores them.
-#pragma unroll
-  for (int e = 0; e < kAcc; ++e) sums[(wgl * kAcc + e) * 128 + x] = acc[e];
-  gdn::cluster_sync();
+  // The 8 decode warps' sums added in warp order (warp 0's taken as it is): by the one warpgroup
+  // that holds them all, else each warpgroup publishes its warps' sums and the CTA of rank
+  // j % kCluster adds, for its token groups j, the 8 (through distributed shared memory in a
+  // cluster) and stores them.
   float sum[kAcc] = {};
-  if (wgl == 0) {
-    const uint32_t sums_s = (uint32_t)__cvta_generic_to_shared(sums);
+  if constexpr (kCluster == 1 && kWGs == 1) {
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      if (j % kCluster != rank) continue;
+    for (int e = 0; e < kAcc; ++e) {
+      sum[e] = acc[0][e];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int e = 4 * j + r;
-        float tot = 0.f;
+      for (int u = 1; u < 8; ++u) sum[e] = gdn::add_rn(sum[e], acc[u][e]);
+    }
+  } else {
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          const float a = __uint_as_float(
-              gdn::ld_cluster(sums_s + (uint32_t)(((u % kWGs) * kAcc + e) * 128 + x) * 4u, u / kWGs));
-          tot = u == 0 ? a : gdn::add_rn(tot, a);
+    for (int u = 0; u < kSeq; ++u)
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) sums[((wgl * kSeq + u) * kAcc + e) * 128 + x] = acc[u][e];
+    if constexpr (kCluster > 1) {
+      gdn::cluster_sync();
+    } else {
+      __syncthreads();
+    }
+    if (wgl == 0) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        if (kCluster > 1 && j % kCluster != rank) continue;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = 4 * j + r;
+          float tot = 0.f;
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            // Decode warp u's sums: slot u % (kWGs kSeq) of the CTA of rank u / (kWGs kSeq).
+            const int slot = ((u % (kWGs * kSeq)) * kAcc + e) * 128 + x;
+            float a;
+            if constexpr (kCluster > 1) {
+              a = __uint_as_float(gdn::ld_cluster((uint32_t)__cvta_generic_to_shared(sums + slot), u / (kWGs * kSeq)));
+            } else {
+              a = sums[slot];
+            }
+            tot = u == 0 ? a : gdn::add_rn(tot, a);
+          }
+          sum[e] = tot;
         }
-        sum[e] = tot;
       }
     }
+    if constexpr (kCluster > 1) gdn::cluster_sync();
   }
-  gdn::cluster_sync();
   if (wgl == 0)
     fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, 16 * warp + g, tok0, t, rank);
 }
