@@ -852,8 +852,9 @@ WGMMA_FP8_SWEEP = (tuple(GemmCfg(stages=s, wg=64, tma=2, f16=2) for s in (4, 6, 
 # over them) at 1-32 rows; 64 or 128 tokens unsplit or in clusters of 4 beyond, also with each
 # chunk's promotion under the next chunk's MMAs (overlap 2).
 # qg 2: its decode form (w8a8_qgmma_decode_kernel, the weight loaded straight into the MMA's
-# registers), a warpgroup a decode warp, in clusters of 4 or 8 CTAs, its token tiles sized by K
-# at the launch (GemmCfg.decode_smem); K up to 8 x 128 x QGMMA_DECODE_MAX_CHUNKS.
+# registers), each warpgroup running 1-8 of the decode order's warps in turn, in clusters of 1-4
+# CTAs, its token tiles sized by K at the launch (GemmCfg.decode_smem, within SMEM_LIMIT); K up
+# to 8 x 128 x QGMMA_DECODE_MAX_CHUNKS.
 QGMMA_DECODE_MAX_CHUNKS = 24
 # The dynamic shared memory a Hopper CTA may have.
 SMEM_LIMIT = 227 * 1024

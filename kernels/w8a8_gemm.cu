@@ -2006,8 +2006,8 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
   }
   gdn::pdl_wait();
   // The tokens of this warpgroup's items in MMA order: entry (decode warp u, chunk position p,
-  // token r, half h) reads the half's four 16-byte units and writes the four it fills (dst unit
-  // 2 u + e of the half takes word 2 u + e of each source unit).
+  // token r, half h) reads the half's four 16-byte units and writes the four it fills (unit d of
+  // the half takes word d of each source unit).
   uint8_t* const toks = smem + wgl * kSeq * tile_chunks * kBN * 128;
   for (int entry = x; entry < kSeq * tile_chunks * kBN * 2; entry += 128) {
     const int u = entry / (tile_chunks * kBN * 2), p = entry / (kBN * 2) % tile_chunks;
