@@ -357,9 +357,10 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
     kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
     if cfg.qg == 2:
         # The e4m3 decode form asks only for the token tiles this K needs (the kernel allows the most).
-        if cfg.decode_smem(w.k) > cfg.smem:
-            raise ValueError(f"{name}: K {w.k} needs {cfg.decode_smem(w.k)} bytes of shared memory, more than {cfg.smem}")
-        kern = _build.Kernel(kern.ptr, cfg.args, name, cfg.decode_smem(w.k))
+        smem = cfg.decode_smem(w.k)
+        if smem > cfg.smem:
+            raise ValueError(f"{name}: K {w.k} needs {smem} bytes of shared memory, more than {cfg.smem}")
+        kern = _build.Kernel(kern.ptr, cfg.args, name, smem)
     xq, xs = ctx.workspace
     grid = cfg.grid(rows, w.n, tiles)
     maps = ctx.tma_maps(w, cfg)

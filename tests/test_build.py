@@ -159,7 +159,7 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
     (WGMMA_MIN_ROWS_TILE_MAJOR on tile-major weights) and with
     at least WGMMA_MIN_CTAS CTAs; the fp8 warpgroup kernel (f16 MMAs, the decode kernels' bits)
     for fp8 only, from 64 rows."""
-    limit = 227 * 1024
+    limit = _build.SMEM_LIMIT
     formats = (_build.FMT_INT8, _build.FMT_FP8_CHANNEL, _build.FMT_FP8_BLOCK)
     for fmt in formats:
         for tiles in _build.GEMM_TILES:
