@@ -49,8 +49,7 @@ def schedule_key(cfg) -> str:
                 + ("_ovl" if cfg.overlap & 1 else "") + ("_dfr" if cfg.overlap & 2 else "") + (f"_k{cfg.split}" if cfg.split > 1 else "") + ("_ws" if cfg.ws else "")
                 + (f"_mc{cfg.mcx}x{cfg.mcy}" if cfg.mcx * cfg.mcy > 1 else "")
                 + (f"_q{cfg.m}" if cfg.qg == 2 and cfg.m > 1 else "")
-                + (f"_b{cfg.min_blocks}" if cfg.qg == 2 and cfg.min_blocks > 1 else "")
-                + (f"_P{cfg.persist}" if cfg.persist else ""))
+                + (f"_b{cfg.min_blocks}" if cfg.qg == 2 and cfg.min_blocks > 1 else ""))
     elif cfg.stages:
         name = f"tiled{cfg.stages}"
     else:
@@ -213,7 +212,7 @@ def main() -> int:
     caption = ("GEMM alone (us) per schedule m (16-row tiles a CTA), u (chunks a round), p (pipelined), "
                "b (CTAs an SM), tiledN (the tiled kernel, N stages), wgT_sN (int8: the warpgroup-MMA kernel, T tokens a "
                "CTA, N stages; _tma1: the weight by tensor copies, _tma2: both operands), f16xW_wg64_sN_tma2 (fp8: the "
-               "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs; _dfr: each chunk finished under the next one's first MMAs); _kS: int8's K split over a cluster of S CTAs a tile; _ws: int8's producer-warp kernel; _mcXxY: that kernel in clusters of X token tiles x Y weight tiles multicasting their shared copies; qg_wgT_sN_tma2: fp8 on e4m3 warpgroup MMAs, a prototype whose bits are not the formats' (held to a bound: qg_error in the JSON; _kS: the decode order's warps over a cluster of S CTAs, _dfr: each chunk promoted under the next chunk's MMAs); qg_wgT_sD_kS(_qM)(_bB)(_PP): its decode form, the weight loaded D chunks ahead into the MMA's registers, each warpgroup running M of the 8 decode warps in turn in clusters of S CTAs (no _kS: none), registers held to B CTAs an SM, a persistent grid of P CTAs an SM walking the weight tiles; packed_*: the same on tile-major weights "
+               "f16 warpgroup-MMA kernel, W warpgroups of 64 weight rows a CTA, N stages; _ovl: the next chunk's tokens converted under this chunk's MMAs; _dfr: each chunk finished under the next one's first MMAs); _kS: int8's K split over a cluster of S CTAs a tile; _ws: int8's producer-warp kernel; _mcXxY: that kernel in clusters of X token tiles x Y weight tiles multicasting their shared copies; qg_wgT_sN_tma2: fp8 on e4m3 warpgroup MMAs, a prototype whose bits are not the formats' (held to a bound: qg_error in the JSON; _kS: the decode order's warps over a cluster of S CTAs, _dfr: each chunk promoted under the next chunk's MMAs); qg_wgT_sD_kS(_qM)(_bB): its decode form, the weight loaded D chunks ahead into the MMA's registers, each warpgroup running M of the 8 decode warps in turn in clusters of S CTAs (no _kS: none), registers held to B CTAs an SM; packed_*: the same on tile-major weights "
                "(--packed); with --pre each schedule (pre: chunks a warp stages in shared memory before the "
                "quantizer wait) is timed as a whole projection, quantizer + GEMM with PDL, on tile-major weights; "
                "proj = quantizer + GEMM on row-major weights, plain and PDL; proj tile-major: the shipped "

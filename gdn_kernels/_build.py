@@ -160,9 +160,7 @@ class GemmCfg:
     ``qg`` 2 (fp8, ``wg`` 8 or 16): w8a8_qgmma_decode_kernel, its decode form (the weight loaded
     into the MMA's registers, row-major tokens), each warpgroup running ``m`` of the decode order's
     8 warps in turn, in clusters of ``split`` CTAs (``split`` x ``m`` 2-8), ``stages`` chunks of
-    weight (and their block scales) requested ahead (1-4), registers held to ``min_blocks`` CTAs
-    an SM; ``persist`` > 0 sizes its grid to one wave of that many CTAs an SM, each cluster
-    walking several 64-row weight tiles (0: a cluster a tile).
+    weight requested ahead (1 or 2), registers held to ``min_blocks`` CTAs an SM.
     Apart from ``qg``, no
     field changes an output bit (the decode, tiled and fp8 warpgroup kernels do the decode
     kernel's arithmetic, K split GEMM_WARPS ways; an int8 output is its exact int32 dot product
@@ -185,7 +183,6 @@ class GemmCfg:
     mcx: int = 1
     mcy: int = 1
     qg: int = 0
-    persist: int = 0
 
     @property
     def mma_order(self) -> bool:
@@ -249,19 +246,10 @@ class GemmCfg:
         warps = GEMM_WARPS // self.split
         return warps * (-(-k // (128 * GEMM_WARPS)) * self.wg * 128 + self.wg // 2 * 128 * 4) + 1024
 
-    def grid(self, rows: int, n: int, tiles: int, sms: int = 0) -> tuple[int, int, int]:
-        """The launch grid; ``sms``: the device's multiprocessors, which a persistent grid
-        (``persist``) is sized by."""
+    def grid(self, rows: int, n: int, tiles: int) -> tuple[int, int, int]:
         if self.wg:
             # Whole clusters: a token or weight tile past the operand is all zeros, stores nothing.
             x, y = -(-rows // self.wg), -(-n // self.rows_tile)
-            if self.persist:
-                # One wave of `persist` CTAs an SM, then as few clusters as take the same number of
-                # tiles each.
-                if sms < 1:
-                    raise ValueError("a persistent grid needs the device's multiprocessor count")
-                slots = max(1, sms * self.persist // (x * self.split))
-                y = -(-y // -(-y // slots))
             return (-(-x // self.mcx) * self.mcx, -(-y // self.mcy) * self.mcy, self.split)
         if self.stages:
             return (-(-rows // 64), -(-n // 128), 1)
@@ -276,14 +264,11 @@ class GemmCfg:
     def name(self, fmt: int, tiles: int, out_t: str, scale_t: str) -> str:
         if self.qg == 2:
             if (fmt == FMT_INT8 or self.wg not in (8, 16) or self.tma or self.split not in (1, 2, 4, 8)
-                    or self.m not in (1, 2, 4, 8) or not 2 <= self.split * self.m <= 8 or self.stages not in (1, 2, 3, 4)
-                    or self.persist < 0):
-                raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads 1-4 chunks ahead, "
+                    or self.m not in (1, 2, 4, 8) or not 2 <= self.split * self.m <= 8 or self.stages not in (1, 2)):
+                raise ValueError("the e4m3 decode kernel runs fp8, 8 or 16 tokens a CTA, loads 1 or 2 chunks ahead, "
                                  "1-8 decode warps a warpgroup in clusters of 1-8, at most 4 warpgroups a CTA")
             return (f"w8a8_qgmma_decode_kernel<{fmt}, {self.wg}, {self.packed}, {self.split}, {self.m}, {self.stages}, "
                     f"{self.min_blocks}, {out_t}, {scale_t}>")
-        if self.persist:
-            raise ValueError("only the e4m3 decode form (qg 2) has a persistent grid")
         if self.qg:
             if (fmt == FMT_INT8 or self.wg not in (8, 16, 32, 64, 128) or self.tma != 2 or self.split not in (1, 2, 4, 8)
                     or self.f16 or self.ws):
@@ -875,14 +860,11 @@ QGMMA_DECODE_MAX_CHUNKS = 24
 SMEM_LIMIT = 227 * 1024
 QGMMA_SWEEP = {
     tiles: tuple(GemmCfg(stages=s, wg=8 * tiles, tma=2, qg=1, split=sp) for s in (4, 8) for sp in (4, 8))
-    # The decode form (split, m, chunks ahead, persist): v29's best per shape (clusters of 4, or
-    # each warpgroup running 2-4 decode warps in turn; clusters of 8, registers held to more CTAs
-    # an SM and 8 warps a warpgroup were slower), then 4 chunks ahead and persistent grids (v30).
-    + tuple(GemmCfg(stages=d, wg=8 * tiles, qg=2, split=sp, m=q, persist=pe)
-            # (persistent: as many CTAs an SM as their registers allow, 79-167 at 128-512 threads)
-            for sp, q, d, pe in ((4, 1, 1, 0), (4, 1, 2, 0), (4, 2, 2, 0), (2, 2, 1, 0), (1, 2, 2, 0), (2, 4, 2, 0),
-                                 (4, 1, 4, 0), (2, 4, 4, 0),
-                                 (4, 1, 1, 3), (4, 1, 2, 2), (2, 2, 1, 2), (1, 2, 2, 1), (2, 4, 2, 3), (4, 2, 2, 3)))
+    # The decode form in clusters of 4, 1 or 2 chunks ahead (NOTES W8A8 v29: clusters of 8 and
+    # registers held to more CTAs an SM were slower), and with each warpgroup running 2-8 decode
+    # warps in turn, in clusters of 1-4 (fewer, longer CTAs).
+    + tuple(GemmCfg(stages=d, wg=8 * tiles, qg=2, split=sp, m=q)
+            for sp, q, d in ((4, 1, 1), (4, 1, 2), (4, 2, 2), (2, 2, 1), (2, 2, 2), (2, 4, 2), (1, 2, 2), (1, 4, 2), (1, 8, 2)))
     for tiles in (1, 2)
 } | {
     4: (GemmCfg(stages=4, wg=32, tma=2, qg=1, split=8), GemmCfg(stages=6, wg=32, tma=2, qg=1, split=4),
@@ -916,12 +898,10 @@ def wgmma_sweep_cfgs(fmt: int, tiles: int, packed: bool = False) -> tuple[GemmCf
 
 
 def _sweep_instances() -> tuple[str, ...]:
-    # Once each: schedules that differ only in their launch (the e4m3 decode form's persistent
-    # grids) share an instance.
-    return tuple(dict.fromkeys(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
-                               for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
-                               for tiles in GEMM_TILES for packed in (False, True)
-                               for cfg in sweep_cfgs(tiles, packed) + wgmma_sweep_cfgs(fmt, tiles, packed)))
+    return tuple(gemm_instance(fmt, tiles, "bfloat16", "float32", cfg)
+                 for fmt in (FMT_INT8, FMT_FP8_CHANNEL, FMT_FP8_BLOCK)
+                 for tiles in GEMM_TILES for packed in (False, True)
+                 for cfg in sweep_cfgs(tiles, packed) + wgmma_sweep_cfgs(fmt, tiles, packed))
 
 
 # Quantizers of kernels/act_quant.cu: of x itself, and of silu(gate) * up read from a dense FFN's

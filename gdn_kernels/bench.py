@@ -341,16 +341,14 @@ def _bench_w8a8_case(ctx, fmt, n, k, rows_list, copy_bw, l2_bytes, stream, peers
 
 
 def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: int, cfg, family: str = "w8a8_gemm_sweep",
-                       x_ptr: int | None = None, tiles: int | None = None, sms: int | None = None):
+                       x_ptr: int | None = None, tiles: int | None = None):
     """A callable that launches the W8A8 GEMM of ``w`` with schedule ``cfg`` (an
     ``_build.GemmCfg``), writing bf16 ``out``: for the schedule sweep and the tests that every
     schedule gives the same bits. Without ``x_ptr`` it runs only the GEMM, on the activations
     already in ``ctx``'s workspace; with it (bf16 [rows, K], row stride K) the whole projection
     as ``ctx.proj`` launches it: the quantizer, then the GEMM programmatically dependent on it.
     ``tiles``: 8-token tiles a CTA (default ``_build.gemm_tiles(rows)``); fewer put the rows on
-    more CTAs along the grid's x (each reading its weight tiles again). ``sms``: the
-    multiprocessors a persistent grid (``cfg.persist``) is sized for (default the device's; fewer
-    make each cluster walk more weight tiles, as the tests do on small weights)."""
+    more CTAs along the grid's x (each reading its weight tiles again)."""
     from gdn_kernels import _build
     from gdn_kernels.w8a8 import _FMT
 
@@ -364,9 +362,7 @@ def w8a8_gemm_launcher(ctx, w, rows: int, out_ptr: int, ldc: int, stream_ptr: in
             raise ValueError(f"{name}: K {w.k} needs {smem} bytes of shared memory, more than {cfg.smem}")
         kern = _build.Kernel(kern.ptr, cfg.args, name, smem)
     xq, xs = ctx.workspace
-    if sms is None:
-        sms = device_info()["sm_count"] if cfg.persist else 0
-    grid = cfg.grid(rows, w.n, tiles, sms)
+    grid = cfg.grid(rows, w.n, tiles)
     maps = ctx.tma_maps(w, cfg)
 
     def launch():

@@ -1932,26 +1932,22 @@ w8a8_qgmma_split_kernel(const __grid_constant__ gdn::TensorMap wmap, const __gri
   qgmma_fp8_gemm<kFmt, kStages, kBN, kPacked, kCluster, kDefer>(wmap, xmap, sw, sx, out, ldc, N, K, rows);
 }
 
-// The e4m3 prototype's decode form (sweep only; NOTES W8A8 v28-v30): 1-16 rows on m64n8k32 /
+// The e4m3 prototype's decode form (sweep only; NOTES W8A8 v28, v29): 1-16 rows on m64n8k32 /
 // m64n16k32 e4m3 warpgroup MMAs with the weight loaded from global memory straight into the A
 // fragments, 16 bytes a thread a half-chunk as the decode kernel loads it (v20's probe: the same
 // bits as the fragments read from shared memory), so that every row count can share the many-row
-// prototype's bits. A CTA owns 64 weight rows at a time; each of its warpgroups runs kSeq of the
-// decode order's 8 warps of chunks (v, v + 8, ...) in turn, a sum apiece, and a cluster of
-// kCluster CTAs along z holds the 8 (kWGs = 8 / (kCluster kSeq) warpgroups a CTA). The 8 warps'
-// sums are added in warp order at the end, in registers where one warpgroup holds them all, else
-// through shared memory (distributed, in a cluster). Each warpgroup first copies its chunks'
-// tokens into shared memory in MMA order (the 4 x 4 word transpose of each 64-byte half that
-// _build.mma_order_words describes), so the quantizer's row-major workspace serves as it is.
-// A cluster walks the weight tiles blockIdx.y, + gridDim.y, ... (a grid of fewer tiles than the
-// weight's is persistent): the tokens are copied once, and the loads run on across a tile's end,
-// so the next tile's first chunks are in flight during the exchange and the epilogue.
+// prototype's bits. A CTA owns 64 weight rows; each of its warpgroups runs kSeq of the decode
+// order's 8 warps of chunks (v, v + 8, ...) in turn, a sum apiece, and a cluster of kCluster CTAs
+// along z holds the 8 (kWGs = 8 / (kCluster kSeq) warpgroups a CTA). The 8 warps' sums are added
+// in warp order at the end, in registers where one warpgroup holds them all, else through shared
+// memory (distributed, in a cluster). Each warpgroup first copies its chunks' tokens into shared
+// memory in MMA order (the 4 x 4 word transpose of each 64-byte half that _build.mma_order_words
+// describes), so the quantizer's row-major workspace serves as it is.
 // kMaxChunks: chunks a decode warp may have (K up to 8 x 128 x kMaxChunks); a longer K traps. The
 // token tiles are sized by K at the launch (GemmCfg.decode_smem), so short rows leave room for
-// more CTAs an SM. kDepth: chunks of weight (and their block scales) a warpgroup has requested
-// ahead of the one its MMAs take (1-4, a ring of registers); kMinBlocks: CTAs an SM the registers
-// are held to (1: none named, ptxas's own choice; naming 1 lets it take 124-128 registers
-// against 74-80).
+// more CTAs an SM. kDepth: chunks of weight a warpgroup has requested ahead of the one its MMAs
+// take (1 or 2); kMinBlocks: CTAs an SM the registers are held to (1: none named, ptxas's own
+// choice; naming 1 lets it take 124-128 registers against 74-80).
 template <int kFmt, int kBN, int kPacked, int kCluster, int kSeq, int kDepth, int kMinBlocks, typename OutT, typename SwT>
 __global__ void __launch_bounds__(128 * 8 / (kCluster * kSeq), kMinBlocks > 1 ? kMinBlocks : 0)
 __cluster_dims__(1, 1, kCluster)
@@ -1959,9 +1955,8 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
                          const uint8_t* __restrict__ xq, const float* __restrict__ sx,
                          OutT* __restrict__ out, long long ldc, int N, int K, int rows) {
   constexpr int kWGs = 8 / (kCluster * kSeq), kAcc = kBN / 2, kMaxChunks = 24;
-  constexpr bool kBlock = kFmt == kFp8Block;
   static_assert(kFmt != kInt8 && (kBN == 8 || kBN == 16) && kWGs * kCluster * kSeq == 8 && kWGs <= 4 &&
-                    kDepth >= 1 && kDepth <= 4, "e4m3 decode schedule");
+                    (kDepth == 1 || kDepth == 2), "e4m3 decode schedule");
   gdn::pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -1971,7 +1966,7 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
   const int g = lane >> 2, t = lane & 3;
   const int rank = kCluster > 1 ? (int)blockIdx.z : 0;
   const int v0 = (rank * kWGs + wgl) * kSeq;  // this warpgroup's first decode warp
-  const int tok0 = blockIdx.x * kBN, chunks = K >> 7, tiles = (N + 63) >> 6, step = gridDim.y;
+  const int n0 = blockIdx.y * 64, tok0 = blockIdx.x * kBN, chunks = K >> 7;
   // Chunks of decode warp v: chunks / 8, one more below chunks % 8. Item i = kSeq p + u is chunk
   // position p of decode warp v0 + u; since the warps' counts fall by at most one, and only at
   // the last position, the items that exist are the first `items`.
@@ -1984,6 +1979,8 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
   // of 1 KB swizzle atoms a tile), then each decode warp's sums.
   const int tile_chunks = (chunks + 7) >> 3;
   float* const sums = reinterpret_cast<float*>(smem + 8 / kCluster * tile_chunks * kBN * 128);
+  // This thread's weight rows n0 + 16 warp + g (+ 8), clamped to N for the loads.
+  const int r0 = min(n0 + 16 * warp + g, N - 1), r1 = min(n0 + 16 * warp + g + 8, N - 1);
   // The 16 bytes at 16 t of half h of chunk c of weight row r (tile-major: the 2048-byte block of
   // the row's 16-row tile and chunk c, piece 2 h + (row group)).
   // early: before the quantizer wait (coherent loads, which ptxas keeps there).
@@ -1994,56 +1991,20 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
     return gdn::ld_weight_v4(p, early);
   };
   auto chunk_of = [&](int i) { return v0 + i % kSeq + 8 * (i / kSeq); };
-  // One item in registers: this thread's weight rows (n0 + 16 warp + g, + 8: a, b) of its chunk,
-  // and (block scales) the weight block's scale and this thread's tokens' (8 j + 2 t + q).
-  struct Item {
-    uint4 a[2], b[2];
-    float s_w, s_x[kBN / 8][2];
-  };
-  // The ring: ring[0] the item the MMAs take next, ring[d] the one d after it. The walk's items
-  // are this tile's items 0 .. items - 1, then the next tile's (blockIdx.y + step, ...); (lt, li)
-  // is the next one to request.
-  Item ring[kDepth];
-  int lt = items > 0 ? (int)blockIdx.y : tiles, li = 0;
-  auto advance = [&]() {
-    if (++li == items) {
-      li = 0;
-      lt += step;
-    }
-  };
-  auto load_weight = [&](Item& it, bool early) {
-    const int c = chunk_of(li), r = lt * 64 + 16 * warp + g;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      it.a[h] = ldg_w(min(r, N - 1), c, h, early);
-      it.b[h] = ldg_w(min(r + 8, N - 1), c, h, early);
-    }
-  };
-  auto load_scales = [&](Item& it, int tile, int i) {
-    if constexpr (kBlock) {
-      const int c = chunk_of(i);
-      it.s_w = to_float(sw[(long long)(tile >> 1) * chunks + c]);
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) it.s_x[j][q] = gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c);
-    }
-  };
-  // The first kDepth items' weight before the quantizer wait, their scales after it.
-  int ft[kDepth], fi[kDepth];
+  // The first kDepth items' weight before the quantizer wait: wa / wb the item the MMAs take
+  // next, fa / fb (kDepth 2) the one after it.
+  uint4 wa[2], wb[2], fa[2], fb[2];
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
-    ft[d] = lt;
-    fi[d] = li;
-    if (lt < tiles) {
-      load_weight(ring[d], true);
-      advance();
+    if (d < items) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        (d ? fa : wa)[h] = ldg_w(r0, chunk_of(d), h, true);
+        (d ? fb : wb)[h] = ldg_w(r1, chunk_of(d), h, true);
+      }
     }
   }
   gdn::pdl_wait();
-#pragma unroll
-  for (int d = 0; d < kDepth; ++d)
-    if (ft[d] < tiles) load_scales(ring[d], ft[d], fi[d]);
   // The tokens of this warpgroup's items in MMA order: entry (decode warp u, chunk position p,
   // token r, half h) reads the half's four 16-byte units and writes the four it fills (unit d of
   // the half takes word d of each source unit).
@@ -2066,106 +2027,119 @@ w8a8_qgmma_decode_kernel(const uint8_t* __restrict__ w, const SwT* __restrict__ 
   }
   fence_proxy_async();  // the tokens, written by the threads, read by the MMAs
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wgl) : "memory");
-  for (int tile = blockIdx.y; tile < tiles; tile += step) {
-    const int n0 = tile * 64;
-    float part[kAcc], acc[kSeq][kAcc];
+  float part[kAcc], acc[kSeq][kAcc];
 #pragma unroll
-    for (int u = 0; u < kSeq; ++u)
+  for (int u = 0; u < kSeq; ++u)
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) acc[u][e] = 0.f;
-    for (int p = 0; kSeq * p < items; ++p) {
+    for (int e = 0; e < kAcc; ++e) acc[u][e] = 0.f;
+  for (int p = 0; kSeq * p < items; ++p) {
 #pragma unroll
-      for (int u = 0; u < kSeq; ++u) {
-        const int i = kSeq * p + u;
-        if (i >= items) break;
-        // The walk's item kDepth after this one (this tile's or a later one's) requested before
-        // this item's MMAs.
-        Item next;
-        const bool more = lt < tiles;
-        if (more) {
-          load_weight(next, false);
-          load_scales(next, lt, li);
-          advance();
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          uint32_t a8[4];
-          decode_fragment(a8, ring[0].a, ring[0].b, q);
-          const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + (u * tile_chunks + p) * kBN * 128) + 32 * q;
-          Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+    for (int u = 0; u < kSeq; ++u) {
+      const int i = kSeq * p + u;
+      if (i >= items) break;
+      const int c = v0 + u + 8 * p;
+      // Block scales of chunk c for this thread's tokens 8 j + 2 t + q.
+      float scale[kBN / 8][2] = {};
+      if constexpr (kFmt == kFp8Block) {
+        const float s_w = to_float(sw[(long long)(n0 >> 7) * chunks + c]);
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int e = 4 * j + r;
-            if constexpr (kBlock) {
-              acc[u][e] = gdn::fma_rn(part[e], gdn::mul_rn(ring[0].s_x[j][r & 1], ring[0].s_w), acc[u][e]);
-            } else {
-              acc[u][e] = gdn::add_rn(acc[u][e], part[e]);
-            }
-          }
-#pragma unroll
-        for (int d = 0; d + 1 < kDepth; ++d) ring[d] = ring[d + 1];
-        if (more) ring[kDepth - 1] = next;
+          for (int q = 0; q < 2; ++q)
+            scale[j][q] = gdn::mul_rn(gdn::ld_dep(sx + (long long)min(tok0 + 8 * j + 2 * t + q, rows - 1) * chunks + c), s_w);
       }
-    }
-    // The 8 decode warps' sums added in warp order (warp 0's taken as it is): by the one warpgroup
-    // that holds them all, else each warpgroup publishes its warps' sums and the CTA of rank
-    // j % kCluster adds, for its token groups j, the 8 (through distributed shared memory in a
-    // cluster) and stores them; the barrier after it keeps the slots until they are read.
-    float sum[kAcc] = {};
-    if constexpr (kCluster == 1 && kWGs == 1) {
+      // Item i + kDepth's weight requested before this item's MMAs.
+      uint4 na[2], nb[2];
+      if (i + kDepth < items) {
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        sum[e] = acc[0][e];
-#pragma unroll
-        for (int u = 1; u < 8; ++u) sum[e] = gdn::add_rn(sum[e], acc[u][e]);
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < kSeq; ++u)
-#pragma unroll
-        for (int e = 0; e < kAcc; ++e) sums[((wgl * kSeq + u) * kAcc + e) * 128 + x] = acc[u][e];
-      if constexpr (kCluster > 1) {
-        gdn::cluster_sync();
-      } else {
-        __syncthreads();
-      }
-      if (wgl == 0) {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          if (kCluster > 1 && j % kCluster != rank) continue;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int e = 4 * j + r;
-            float tot = 0.f;
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-              // Decode warp u's sums: slot u % (kWGs kSeq) of the CTA of rank u / (kWGs kSeq).
-              const int slot = ((u % (kWGs * kSeq)) * kAcc + e) * 128 + x;
-              float a;
-              if constexpr (kCluster > 1) {
-                a = __uint_as_float(gdn::ld_cluster((uint32_t)__cvta_generic_to_shared(sums + slot), u / (kWGs * kSeq)));
-              } else {
-                a = sums[slot];
-              }
-              tot = u == 0 ? a : gdn::add_rn(tot, a);
-            }
-            sum[e] = tot;
-          }
+        for (int h = 0; h < 2; ++h) {
+          na[h] = ldg_w(r0, chunk_of(i + kDepth), h, false);
+          nb[h] = ldg_w(r1, chunk_of(i + kDepth), h, false);
         }
       }
-      if constexpr (kCluster > 1) {
-        gdn::cluster_sync();
-      } else {
-        if (tile + step < tiles) __syncthreads();
+      wgmma_fence();
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t a8[4];
+        decode_fragment(a8, wa, wb, q);
+        const uint32_t b = (uint32_t)__cvta_generic_to_shared(toks + (u * tile_chunks + p) * kBN * 128) + 32 * q;
+        Qgmma<kBN>::mma(part, a8, wgmma_desc(b), q);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = 4 * j + r;
+          if constexpr (kFmt == kFp8Block) {
+            acc[u][e] = gdn::fma_rn(part[e], scale[j][r & 1], acc[u][e]);
+          } else {
+            acc[u][e] = gdn::add_rn(acc[u][e], part[e]);
+          }
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kDepth == 2) {
+          wa[h] = fa[h];
+          wb[h] = fb[h];
+          fa[h] = na[h];
+          fb[h] = nb[h];
+        } else {
+          wa[h] = na[h];
+          wb[h] = nb[h];
+        }
       }
     }
-    if (wgl == 0)
-      fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, 16 * warp + g, tok0, t, rank);
   }
+  // The 8 decode warps' sums added in warp order (warp 0's taken as it is): by the one warpgroup
+  // that holds them all, else each warpgroup publishes its warps' sums and the CTA of rank
+  // j % kCluster adds, for its token groups j, the 8 (through distributed shared memory in a
+  // cluster) and stores them.
+  float sum[kAcc] = {};
+  if constexpr (kCluster == 1 && kWGs == 1) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      sum[e] = acc[0][e];
+#pragma unroll
+      for (int u = 1; u < 8; ++u) sum[e] = gdn::add_rn(sum[e], acc[u][e]);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kSeq; ++u)
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) sums[((wgl * kSeq + u) * kAcc + e) * 128 + x] = acc[u][e];
+    if constexpr (kCluster > 1) {
+      gdn::cluster_sync();
+    } else {
+      __syncthreads();
+    }
+    if (wgl == 0) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        if (kCluster > 1 && j % kCluster != rank) continue;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = 4 * j + r;
+          float tot = 0.f;
+#pragma unroll
+          for (int u = 0; u < 8; ++u) {
+            // Decode warp u's sums: slot u % (kWGs kSeq) of the CTA of rank u / (kWGs kSeq).
+            const int slot = ((u % (kWGs * kSeq)) * kAcc + e) * 128 + x;
+            float a;
+            if constexpr (kCluster > 1) {
+              a = __uint_as_float(gdn::ld_cluster((uint32_t)__cvta_generic_to_shared(sums + slot), u / (kWGs * kSeq)));
+            } else {
+              a = sums[slot];
+            }
+            tot = u == 0 ? a : gdn::add_rn(tot, a);
+          }
+          sum[e] = tot;
+        }
+      }
+    }
+    if constexpr (kCluster > 1) gdn::cluster_sync();
+  }
+  if (wgl == 0)
+    fp8_wgmma_epilogue<kFmt, kBN / 8, kCluster>(sum, sw, sx, out, ldc, N, rows, n0, 16 * warp + g, tok0, t, rank);
 }

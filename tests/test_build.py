@@ -196,28 +196,6 @@ def test_w8a8_schedules_fit_shared_memory_and_their_formats():
         assert not fp8.wg or fp8.f16, fp8
 
 
-def test_e4m3_decode_persistent_grid_is_one_balanced_wave():
-    """The e4m3 decode form's persistent grid (``persist`` CTAs an SM) holds at most one wave of
-    clusters, every weight tile on one of them, and no more clusters than the fewest walks of
-    the same length need; it is refused without the multiprocessor count, and only that kernel
-    has one."""
-    cfgs = [c for tiles in (1, 2) for c in _build.QGMMA_SWEEP[tiles] if c.qg == 2 and c.persist]
-    assert cfgs
-    for cfg, rows, n, sms in itertools.product(cfgs, (1, 8, 16), (300, 2048, 5120, 16384, 34816), (1, 7, 132)):
-        x, y, z = cfg.grid(rows, n, 1, sms)
-        tiles = -(-n // 64)
-        assert z == cfg.split and x == -(-rows // cfg.wg)
-        slots = max(1, sms * cfg.persist // (x * z))
-        assert 1 <= y <= min(tiles, slots), (cfg, rows, n, sms, y)
-        # The longest walk is as short as the wave allows, and one cluster fewer would lengthen it.
-        assert -(-tiles // y) == -(-tiles // min(tiles, slots)), (cfg, rows, n, sms, y)
-        assert y == 1 or -(-tiles // (y - 1)) > -(-tiles // y), (cfg, rows, n, sms, y)
-    with pytest.raises(ValueError):
-        cfgs[0].grid(1, 5120, 1)
-    with pytest.raises(ValueError):
-        _build.GemmCfg(stages=4, wg=64, tma=2, qg=1, persist=1).name(_build.FMT_FP8_BLOCK, 4, "__nv_bfloat16", "float")
-
-
 def test_int8_256_token_tiles_only_where_they_fill_one_wave():
     """256 tokens a CTA only for tile-major weights beyond 128 rows, with one wave of
     WG256_CTAS[0]..WG256_CTAS[1] CTAs: of the model shapes, [12288, 2048] and [16384, 5120] at
