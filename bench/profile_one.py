@@ -28,6 +28,9 @@ def main() -> int:
     ap.add_argument("--formats", default="int8,fp8_block,nvfp4",
                     help="comma list of int8, fp8_channel, fp8_block, nvfp4, and any of them with _tiles"
                          " (the tile-major layout)")
+    ap.add_argument("--torch", action="store_true",
+                    help="also run torch._scaled_mm (fp8 e4m3, row-wise scales) on the same shape once, inside an "
+                         "NVTX range named torch_scaled_mm, as the peer to profile beside the library's GEMM")
     args = ap.parse_args()
     n, k, rows = args.n, args.k, args.rows
     x = cupy.asarray(np.random.default_rng(0).standard_normal((rows, k)).astype(np.float16))
@@ -40,6 +43,18 @@ def main() -> int:
         else:
             w = random_w8a8_weight(fmt.removesuffix("_tiles"), n, k, 3)
             assert wctx.proj(w.tile_major() if fmt.endswith("_tiles") else w, x, k, rows, out, n)
+    if args.torch:
+        import torch
+
+        a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        sa = torch.rand(rows, 1, device="cuda") + 0.5
+        sb = torch.rand(1, n, device="cuda") + 0.5
+        torch.cuda.synchronize()
+        cupy.cuda.nvtx.RangePush("torch_scaled_mm")
+        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        cupy.cuda.nvtx.RangePop()
     cupy.cuda.runtime.deviceSynchronize()
     print("profiled projections done")
     return 0
