@@ -35,10 +35,11 @@ __device__ __forceinline__ uint2 quant8(const float (&f)[8], float scale) {
 // row), each a contiguous slice of whole 8-value groups, 8 values a thread an iteration. The row's
 // amax is exchanged through distributed shared memory, so the division work of a long row is
 // spread over kCluster multiprocessors; the first kKeep iterations stay in registers between the
-// amax pass and the quantizing pass (their loads all in flight at once; the rest are read twice).
-template <bool kInt8, typename T, int kThreads, int kCluster, int kKeep = 2>
+// amax pass and the quantizing pass.
+template <bool kInt8, typename T, int kThreads, int kCluster>
 __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __restrict__ q,
                                           float* __restrict__ s, int K, long long ldx) {
+  constexpr int kKeep = 2;
   __shared__ uint32_t red[kThreads / 32];
   __shared__ uint32_t slot;
   const long long row = blockIdx.y;
@@ -48,18 +49,16 @@ __device__ __forceinline__ void quant_row(const T* __restrict__ x, uint8_t* __re
   uint8_t* p_q = q + row * (long long)K;
   uint4 keep[kKeep];
   uint32_t amax = 0u;
-  // Past the slice: zeros, which leave the amax as it is.
 #pragma unroll
   for (int i = 0; i < kKeep; ++i) {
     const int o = o0 + i * kThreads + threadIdx.x;
-    keep[i] = o < o1 ? __ldg(reinterpret_cast<const uint4*>(p_x) + o) : make_uint4(0u, 0u, 0u, 0u);
-  }
+    if (o < o1) {
+      keep[i] = __ldg(reinterpret_cast<const uint4*>(p_x) + o);
+      float f[8];
+      gdn::unpack8<T>(keep[i], f);
 #pragma unroll
-  for (int i = 0; i < kKeep; ++i) {
-    float f[8];
-    gdn::unpack8<T>(keep[i], f);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+      for (int e = 0; e < 8; ++e) amax = max(amax, gdn::abs_bits(f[e]));
+    }
   }
   for (int o = o0 + kKeep * kThreads + threadIdx.x; o < o1; o += kThreads) {
     float f[8];
@@ -196,14 +195,12 @@ act_quant_split_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* 
 
 // act_quant_row_kernel for many rows: one CTA a row, no cluster (from _build.QUANT_ROWS_MIN rows
 // the rows alone fill the GPU, and a cluster a row costs more to schedule than it saves). The same
-// arithmetic, so the same bytes and scales. The row's first 4 kThreads octets (K up to 16384 at
-// 512 threads) are kept in registers, so such a row is read once, its loads in flight together.
-// Grid: (1, rows).
+// arithmetic, so the same bytes and scales. Grid: (1, rows).
 template <bool kInt8, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 act_quant_rows_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s, int K, long long ldx) {
   gdn::pdl_chain();  // as act_quant_row_kernel
-  quant_row<kInt8, T, kThreads, 1, 4>(x, q, s, K, ldx);
+  quant_row<kInt8, T, kThreads, 1>(x, q, s, K, ldx);
 }
 
 // e4m3 per (token, 128-wide K group): s = amax(group) / 448; q = e4m3_rn(x / s) saturating at

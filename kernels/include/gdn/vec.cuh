@@ -26,9 +26,10 @@ __device__ __forceinline__ void unpack8<__half>(const uint4& v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    // From the bits, not through the word's address (which can leave the words in local memory).
-    f[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
-    f[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
+    __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+    float2 p = __half22float2(h);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
   }
 }
 
