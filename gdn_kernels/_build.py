@@ -718,8 +718,8 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                *(GemmCfg(stages=st, wg=wg, tma=2, ws=1, mcx=mx, mcy=my) for wg, st in ((64, 8), (128, 6), (256, 4))
                  for mx, my in ((1, 2), (2, 1), (2, 2))),
                # Tensor-copy schedules small enough for 2 (97 KB) or 3 (73 KB) CTAs a multiprocessor
-               # (v31): unsplit, in clusters of 2, with the producer warp (at 64 tokens; at 128 its
-               # 122 registers over 288 threads leave room for one).
+               # (NOTES W8A8 v30: all slower): unsplit, in clusters of 2, with the producer warp (at
+               # 64 tokens; at 128 its 122 registers over 288 threads leave room for one).
                GemmCfg(stages=3, wg=64, tma=2), GemmCfg(stages=4, wg=64, tma=2), GemmCfg(stages=3, wg=128, tma=2),
                GemmCfg(stages=4, wg=64, tma=2, split=2), GemmCfg(stages=3, wg=128, tma=2, split=2),
                GemmCfg(stages=4, wg=64, tma=2, ws=1))
