@@ -8,7 +8,8 @@
 # (benchmark JSON and markdown). GDN_TESTS selects tests; SANITIZE_FAMILIES the sanitizer's
 # workloads (w8a8 nvfp4); BENCH_ARGS is passed to both benchmarks,
 # SWEEP_ARGS to the schedule sweeps (steps sweep and sweep_nvfp4, not in the default list);
-# read_pattern: a read-only kernel in the NVFP4 GEMM's access pattern (bench/read_pattern.py).
+# read_pattern: a read-only kernel in the NVFP4 GEMM's access pattern (bench/read_pattern.py);
+# profile_schedules: ncu of chosen sweep schedules, GEMM alone (PROFILE_ARGS: bench/profile_schedules.py's).
 set -u
 OUT=${OUT:-/tmp/gdn_out}
 mkdir -p "$OUT/results"
@@ -66,6 +67,14 @@ for step in $steps; do
         --section SchedulerStats --section WarpStateStats --metrics \
         sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fmaheavy.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
         python3 bench/profile_one.py ${PROFILE_ARGS:---n 16384 --k 5120 --rows 1 --formats nvfp4_tiles} ;;
+    profile_schedules)
+      # Where chosen sweep schedules' time goes, GEMM alone (bench/profile_schedules.py; caches flushed
+      # before each, clocks as they are): throughput, memory tables, pipes, stalls. The default: int8 at
+      # 256 rows, the shipped tiles against wider ones, unclustered and multicast (NOTES W8A8 v32).
+      GDN_KERNELS_NVTX=1 run profile ncu_schedules timeout 300 ncu --nvtx --nvtx-include "regex:profile:.*/" \
+        --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
+        python3 bench/profile_schedules.py ${PROFILE_ARGS:---formats int8 --shape 5120,17408 --shape 16384,5120 --rows 256 --packed --only '^packed_wg(128_s6_tma2(_ws_mc2x2)?|256_s4_tma2(_ws|_k2))$'} ;;
     sass) run profile sass python3 bench/sass_mix.py ${SASS_ARGS:-} ;;
     *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
   esac

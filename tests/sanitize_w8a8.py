@@ -1,6 +1,9 @@
 """Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format, ragged N,
 strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweeps (the staging ones and the warpgroup-MMA ones included, at up to 64 rows). CuPy's memory pool is switched off so that an access past any buffer hits
-unallocated memory and is reported."""
+unallocated memory and is reported.
+
+    python tests/sanitize_w8a8.py [FORMAT ...]   (default: int8 fp8_channel fp8_block)
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main() -> int:
+def main(formats: list[str]) -> int:
     import cupy
 
     cupy.cuda.set_allocator(None)
@@ -22,7 +25,7 @@ def main() -> int:
 
     ctx = W8a8Ctx(max_rows=64, max_k=1152)
     rng = np.random.default_rng(0)
-    for fmt in ("int8", "fp8_channel", "fp8_block"):
+    for fmt in formats:
         for n, k in ((16, 128), (200, 384), (129, 1024)):
             w = random_w8a8_weight(fmt, n, k, int(rng.integers(1 << 30)))
             for rows in (1, 7, 9, 17, 40):
@@ -33,7 +36,7 @@ def main() -> int:
                 assert ctx.proj(w.tile_major(), x, ldx, rows, out, ldc)
     # Every GEMM schedule (the shipped ones are chosen by shape, so small weights alone would not
     # reach them all), on a ragged N and a K whose chunks do not divide among the warps.
-    for fmt in ("int8", "fp8_channel", "fp8_block"):
+    for fmt in formats:
         w = random_w8a8_weight(fmt, 200, 1152, int(rng.integers(1 << 30)))
         for rows in (3, 12, 40, 64):
             x = cupy.asarray(rng.standard_normal((rows, 1152)).astype(np.float16))
@@ -57,4 +60,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    FORMATS = ("int8", "fp8_channel", "fp8_block")
+    wanted = sys.argv[1:] or list(FORMATS)
+    unknown = set(wanted) - set(FORMATS)
+    if unknown:
+        sys.exit(f"unknown formats {sorted(unknown)}; choose from {FORMATS}")
+    sys.exit(main(wanted))
