@@ -70,11 +70,11 @@ for step in $steps; do
     profile_schedules)
       # Where chosen sweep schedules' time goes, GEMM alone (bench/profile_schedules.py; caches flushed
       # before each, clocks as they are): throughput, memory tables, pipes, stalls. The default: int8 at
-      # 256 rows, the shipped tiles against wider ones, unclustered and multicast (NOTES W8A8 v32).
+      # 256 rows, the shipped tiles against wider ones, unclustered, multicast and K split (NOTES W8A8 v33).
       GDN_KERNELS_NVTX=1 run profile ncu_schedules timeout 300 ncu --nvtx --nvtx-include "regex:profile:.*/" \
         --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section LaunchStats --section Occupancy \
-        python3 bench/profile_schedules.py ${PROFILE_ARGS:---formats int8 --shape 5120,17408 --shape 16384,5120 --rows 256 --packed --only '^packed_wg(128_s6_tma2(_ws_mc2x2)?|256_s4_tma2(_ws|_k2))$'} ;;
+        python3 bench/profile_schedules.py ${PROFILE_ARGS:---formats int8 --shape 5120,17408 --shape 16384,5120 --rows 256 --packed --only '^packed_wg(128_s6_tma2(_ws_mc2x2)?|256_s4_tma2(_ws|_k[23]))$'} ;;
     sass) run profile sass python3 bench/sass_mix.py ${SASS_ARGS:-} ;;
     *) echo "unknown step $step" | tee -a "$OUT/summary.txt" ;;
   esac

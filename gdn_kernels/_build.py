@@ -709,8 +709,10 @@ WGMMA_SWEEP = (GemmCfg(stages=4, wg=64), GemmCfg(stages=6, wg=64), GemmCfg(stage
                GemmCfg(stages=9, wg=64, tma=2), GemmCfg(stages=4, wg=128, tma=2), GemmCfg(stages=6, wg=128, tma=2),
                # K split over a cluster of 2-4 CTAs a tile.
                *(GemmCfg(stages=st, wg=wg, tma=2, split=sp) for wg, st in ((64, 8), (128, 6)) for sp in (2, 3, 4)),
-               # 256 tokens a CTA (shared memory allows 4 stages), unsplit or in clusters of 2.
+               # 256 tokens a CTA (shared memory allows 4 stages), unsplit or in clusters of 2 or 3 (3: the
+               # 40 weight tiles of the N = 5120 weights at 129-256 rows as 120 CTAs, NOTES W8A8 v33).
                GemmCfg(stages=3, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2), GemmCfg(stages=4, wg=256, tma=2, split=2),
+               GemmCfg(stages=4, wg=256, tma=2, split=3),
                # A producer warp issuing the copies, per-stage release barriers (no block barrier).
                GemmCfg(stages=8, wg=64, tma=2, ws=1), GemmCfg(stages=6, wg=128, tma=2, ws=1),
                GemmCfg(stages=4, wg=256, tma=2, ws=1),
