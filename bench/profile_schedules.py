@@ -9,7 +9,9 @@ launches to profile and label them:
         --section MemoryWorkloadAnalysis_Tables python bench/profile_schedules.py --formats int8 \\
         --shape 5120,17408 --rows 256 --packed --only '^packed_wg(128_s6_tma2|256_s4_tma2_k2)$'
 
-A schedule whose bits differ is reported and not profiled. Prints one line a schedule.
+A schedule whose bits differ is reported and not profiled. Prints one line a schedule, with its
+grid and, for a clustered one, how many of its clusters the driver can hold at once
+(cuOccupancyMaxActiveClusters): fewer than the grid's means more than one wave.
 """
 
 from __future__ import annotations
@@ -20,6 +22,26 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def max_active_clusters(kern, grid, block: int, smem: int):
+    """The driver's count of this kernel's clusters (its compile-time cluster shape) resident at
+    once with this launch shape, or a string saying why there is none."""
+    import ctypes
+
+    from gdn_kernels import _build
+
+    try:
+        fn = _build.driver_fn("cuOccupancyMaxActiveClusters", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    except (OSError, AttributeError) as exc:
+        return f"unavailable ({exc})"
+    cfg = _build._LaunchConfig()
+    cfg.grid[0], cfg.grid[1], cfg.grid[2] = grid
+    cfg.block[0], cfg.block[1], cfg.block[2] = block, 1, 1
+    cfg.shared_mem = smem
+    count = ctypes.c_int(0)
+    err = fn(ctypes.addressof(count), ctypes.c_void_p(kern.ptr), ctypes.addressof(cfg))
+    return count.value if err == 0 else f"CUresult {err}"
 
 
 def main() -> int:
@@ -79,7 +101,15 @@ def main() -> int:
                         launch()
                         cupy.cuda.nvtx.RangePop()
                         stream.synchronize()
-                        print(f"{fmt} [{n}, {k}] rows {rows} {key}: launched as '{label}'", flush=True)
+                        grid = cfg.grid(rows, n, tiles)
+                        size = cfg.split * max(cfg.mcx, 1) * max(cfg.mcy, 1)
+                        fit = ""
+                        if size > 1:
+                            kern = ctx.modules.kernel(family, _build.gemm_instance(code, tiles, "bfloat16", w.scale_dtype, cfg),
+                                                      cfg.args, cfg.smem)
+                            fit = (f", clusters of {size}: {grid[0] * grid[1] * grid[2] // size} in the grid, "
+                                   f"{max_active_clusters(kern, grid, cfg.threads, cfg.smem)} resident at once")
+                        print(f"{fmt} [{n}, {k}] rows {rows} {key}: grid {grid}{fit}; launched as '{label}'", flush=True)
     return 1 if bad else 0
 
 
