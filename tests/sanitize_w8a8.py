@@ -38,31 +38,22 @@ def main(formats: list[str]) -> int:
     # reach them all), on a ragged N and a K whose chunks do not divide among the warps.
     for fmt in formats:
         w = random_w8a8_weight(fmt, 200, 1152, int(rng.integers(1 << 30)))
-        packed = w.tile_major()
-        code = _FMT[w.format]
-
-        def cases_of(rows):
-            tiles = _build.gemm_tiles(rows)
-            cfgs = _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
-            cfgs += _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
-            # The schedules that stage chunks in shared memory before the quantizer wait, also with
-            # the rows spread over more CTAs (fewer token tiles a CTA).
-            return ([(cfg, "w8a8_gemm_sweep", tiles) for cfg in cfgs]
-                    + [(cfg, "w8a8_gemm_pre_sweep", t) for t in (1, 2) if t <= tiles for cfg in _build.pre_sweep_cfgs(t)])
-
-        all_rows = (3, 12, 40, 64)
-        # Only this format's instances compiled (a whole sweep family is one long NVRTC call).
-        subset = {family: _build.subset_family(family, [
-            _build.gemm_instance(code, t, "bfloat16", w.scale_dtype, cfg)
-            for rows in all_rows for cfg, f, t in cases_of(rows) if f == family])
-            for family in ("w8a8_gemm_sweep", "w8a8_gemm_pre_sweep")}
-        for rows in all_rows:
+        for rows in (3, 12, 40, 64):
             x = cupy.asarray(rng.standard_normal((rows, 1152)).astype(np.float16))
             ctx.quantize_activations(w, x.data.ptr, 1152, rows, 0, dtype="float16")
             out = cupy.empty((rows, 203), cupy.uint16)
-            for cfg, family, t in cases_of(rows):
-                wt = packed if cfg.packed or family == "w8a8_gemm_pre_sweep" else w
-                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr, 203, 0, cfg, subset[family], None, t)()
+            packed = w.tile_major()
+            tiles = _build.gemm_tiles(rows)
+            code = _FMT[w.format]
+            cfgs = _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+            cfgs += _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
+            for cfg in cfgs:
+                w8a8_gemm_launcher(ctx, packed if cfg.packed else w, rows, out.data.ptr, 203, 0, cfg)()
+            # The schedules that stage chunks in shared memory before the quantizer wait, also with
+            # the rows spread over more CTAs (fewer token tiles a CTA).
+            for t in (1, 2):
+                for cfg in _build.pre_sweep_cfgs(t) if t <= tiles else ():
+                    w8a8_gemm_launcher(ctx, packed, rows, out.data.ptr, 203, 0, cfg, "w8a8_gemm_pre_sweep", None, t)()
     cupy.cuda.runtime.deviceSynchronize()
     print("sanitize workload done")
     return 0

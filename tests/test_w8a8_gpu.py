@@ -560,30 +560,20 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
     rng = np.random.default_rng(11)
     hw = HostWeight(rng, fmt, 300, 1280)
     packed = hw.w.tile_major()
-    code = _FMT[hw.w.format]
-
-    def cases_of(rows):
-        tiles = _build.gemm_tiles(rows)
-        cases = [(cfg, "w8a8_gemm_sweep", tiles) for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
-                 + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
-                 if not cfg.qg]  # the e4m3 prototype: other bits (its own test below)
-        # The staging schedules also with the rows spread over more CTAs (fewer token tiles a CTA).
-        return cases + [(cfg, "w8a8_gemm_pre_sweep", t) for t in (1, 2) if t <= tiles for cfg in _build.pre_sweep_cfgs(t)]
-
-    all_rows = (1, 5, 16, 40, 100)
-    # Only this format's instances compiled: a whole sweep family is one long NVRTC call (about
-    # 4 minutes for w8a8_gemm_sweep on one core).
-    subset = {family: _build.subset_family(family, [
-        _build.gemm_instance(code, t, "bfloat16", hw.w.scale_dtype, cfg)
-        for rows in all_rows for cfg, f, t in cases_of(rows) if f == family])
-        for family in ("w8a8_gemm_sweep", "w8a8_gemm_pre_sweep")}
-    for rows in all_rows:
+    for rows in (1, 5, 16, 40, 100):
         x = random_activations(rng, rows, 1280, "bfloat16", outliers=True)
         ok, want = run_proj(ctx, hw, x, "bfloat16")
         assert ok
         x_dev = cupy.asarray(x.view(np.uint16))
+        tiles = _build.gemm_tiles(rows)
+        code = _FMT[hw.w.format]
+        cases = [(cfg, "w8a8_gemm_sweep", tiles) for cfg in _build.sweep_cfgs(tiles) + _build.sweep_cfgs(tiles, True)
+                 + _build.wgmma_sweep_cfgs(code, tiles) + _build.wgmma_sweep_cfgs(code, tiles, True)
+                 if not cfg.qg]  # the e4m3 prototype: other bits (its own test below)
+        # The staging schedules also with the rows spread over more CTAs (fewer token tiles a CTA).
+        cases += [(cfg, "w8a8_gemm_pre_sweep", t) for t in (1, 2) if t <= tiles for cfg in _build.pre_sweep_cfgs(t)]
         stream = cupy.cuda.Stream(non_blocking=True)
-        for cfg, family, t in cases_of(rows):
+        for cfg, family, t in cases:
             offset, ldc = 8, hw.n + 3
             size = rows * ldc + 2 * offset
             out = poisoned(size)
@@ -592,12 +582,12 @@ def test_every_schedule_gives_the_same_bits(ctx, fmt):
                 # A non-blocking stream (a programmatic launch needs one) does not wait for the
                 # legacy stream's fills.
                 cupy.cuda.Device().synchronize()
-                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, stream.ptr, cfg, subset[family],
+                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, stream.ptr, cfg, family,
                                    x_dev.data.ptr, t)()
                 stream.synchronize()
             else:
                 ctx.quantize_activations(hw.w, x_dev.data.ptr, 1280, rows, 0)
-                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, 0, cfg, subset[family])()
+                w8a8_gemm_launcher(ctx, wt, rows, out.data.ptr + 2 * offset, ldc, 0, cfg)()
             host = out.get()
             assert (host[untouched_mask(size, offset, rows, hw.n, ldc)] == POISON).all(), f"{cfg} t{t} wrote outside"
             got = region(host, offset, rows, hw.n, ldc)
