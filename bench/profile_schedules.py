@@ -84,9 +84,9 @@ def main() -> int:
                     if not cfgs:
                         print(f"no schedule matches {args.only!r} at {rows} rows", file=sys.stderr)
                         return 2
-                    family = _build.subset_family("w8a8_gemm_sweep", [
-                        _build.gemm_instance(code, tiles, "bfloat16", w.scale_dtype, c) for c in cfgs])
-                    for cfg in cfgs:
+                    names = [_build.gemm_instance(code, tiles, "bfloat16", w.scale_dtype, c) for c in cfgs]
+                    family = _build.subset_family("w8a8_gemm_sweep", names)
+                    for cfg, name in zip(cfgs, names):
                         key = schedule_key(cfg)
                         ws = packed if cfg.packed else w
                         launch = bench.w8a8_gemm_launcher(ctx, ws, rows, out.data.ptr, n, stream.ptr, cfg, family)
@@ -102,11 +102,10 @@ def main() -> int:
                         cupy.cuda.nvtx.RangePop()
                         stream.synchronize()
                         grid = cfg.grid(rows, n, tiles)
-                        size = cfg.split * max(cfg.mcx, 1) * max(cfg.mcy, 1)
+                        size = cfg.split * cfg.mcx * cfg.mcy
                         fit = ""
                         if size > 1:
-                            kern = ctx.modules.kernel(family, _build.gemm_instance(code, tiles, "bfloat16", w.scale_dtype, cfg),
-                                                      cfg.args, cfg.smem)
+                            kern = ctx.modules.kernel(family, name, cfg.args, cfg.smem)
                             fit = (f", clusters of {size}: {grid[0] * grid[1] * grid[2] // size} in the grid, "
                                    f"{max_active_clusters(kern, grid, cfg.threads, cfg.smem)} resident at once")
                         print(f"{fmt} [{n}, {k}] rows {rows} {key}: grid {grid}{fit}; launched as '{label}'", flush=True)

@@ -1,4 +1,4 @@
-"""Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format, ragged N,
+"""Small W8A8 workload for compute-sanitizer (memcheck, racecheck): every format (or those named), ragged N,
 strides, rows 1..40, both weight layouts, and every GEMM schedule of the sweeps (the staging ones and the warpgroup-MMA ones included, at up to 64 rows). CuPy's memory pool is switched off so that an access past any buffer hits
 unallocated memory and is reported.
 
